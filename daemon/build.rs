@@ -1,0 +1,14 @@
+//! Compiles proto/ with a vendored protoc, so a fresh machine needs no system protoc.
+use std::path::PathBuf;
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    if std::env::var_os("PROTOC").is_none() {
+        std::env::set_var("PROTOC", protoc_bin_vendored::protoc_bin_path()?);
+    }
+    let out_dir = PathBuf::from(std::env::var("OUT_DIR")?);
+    println!("cargo:rerun-if-changed=../proto");
+    tonic_build::configure()
+        .file_descriptor_set_path(out_dir.join("todod_v1_descriptor.bin"))
+        .compile_protos(&["../proto/todod/v1/todod.proto"], &["../proto"])?;
+    Ok(())
+}

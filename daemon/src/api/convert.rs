@@ -1,0 +1,222 @@
+//! Hand-written conversions between protobuf messages and domain/store types.
+//! Validation of client input happens here, so every error names its field.
+use std::time::{Duration, UNIX_EPOCH};
+
+use crate::domain::model::{validate_content, validate_plan_name};
+use crate::domain::todo_list::TodoItem;
+use crate::domain::{Error, Kind, Priority, Readiness, Status, TaskId};
+use crate::proto;
+use crate::store::{EventView, PlanSummary, PlanView, TaskView};
+
+/// Most items one `WriteTodos` may carry.
+pub const MAX_TODO_ITEMS: usize = 10_000;
+
+pub fn time(ms: i64) -> String {
+    humantime::format_rfc3339_millis(UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64))
+        .to_string()
+}
+
+fn optional_time(ms: Option<i64>) -> String {
+    ms.map(time).unwrap_or_default()
+}
+
+pub fn plan_name(field: &str, name: &str) -> Result<String, Error> {
+    validate_plan_name(field, name)?;
+    Ok(name.to_string())
+}
+
+pub fn task_id(field: &str, id: &str) -> Result<TaskId, Error> {
+    if id.trim().is_empty() {
+        return Err(Error::invalid(field, "is required"));
+    }
+    TaskId::parse(field, id)
+}
+
+pub fn task_ids(field: &str, ids: &[String]) -> Result<Vec<TaskId>, Error> {
+    ids.iter()
+        .enumerate()
+        .map(|(i, id)| task_id(&format!("{field}[{i}]"), id))
+        .collect()
+}
+
+/// Empty means `default`; anything else must be a known value.
+fn optional<T>(
+    field: &str,
+    text: &str,
+    parse: fn(&str, &str) -> Result<T, Error>,
+) -> Result<Option<T>, Error> {
+    if text.is_empty() {
+        Ok(None)
+    } else {
+        parse(field, text).map(Some)
+    }
+}
+
+pub fn status(field: &str, text: &str) -> Result<Status, Error> {
+    optional(field, text, Status::parse)?.ok_or_else(|| Error::invalid(field, "is required"))
+}
+
+pub fn priority_or(field: &str, text: &str, default: Priority) -> Result<Priority, Error> {
+    Ok(optional(field, text, Priority::parse)?.unwrap_or(default))
+}
+
+pub fn kind_or_todo(field: &str, text: &str) -> Result<Kind, Error> {
+    Ok(optional(field, text, Kind::parse)?.unwrap_or(Kind::Todo))
+}
+
+pub fn statuses(field: &str, texts: &[String]) -> Result<Vec<Status>, Error> {
+    texts
+        .iter()
+        .enumerate()
+        .map(|(i, t)| Status::parse(&format!("{field}[{i}]"), t))
+        .collect()
+}
+
+pub fn kinds(field: &str, texts: &[String]) -> Result<Vec<Kind>, Error> {
+    texts
+        .iter()
+        .enumerate()
+        .map(|(i, t)| Kind::parse(&format!("{field}[{i}]"), t))
+        .collect()
+}
+
+pub fn readiness(field: &str, texts: &[String]) -> Result<Vec<Readiness>, Error> {
+    texts
+        .iter()
+        .enumerate()
+        .map(|(i, t)| Readiness::parse(&format!("{field}[{i}]"), t))
+        .collect()
+}
+
+pub fn todo_items(items: &[proto::TodoItem]) -> Result<Vec<TodoItem>, Error> {
+    if items.len() > MAX_TODO_ITEMS {
+        return Err(Error::invalid(
+            "todos",
+            format!(
+                "has {} items; at most {MAX_TODO_ITEMS} are allowed",
+                items.len()
+            ),
+        ));
+    }
+    items
+        .iter()
+        .enumerate()
+        .map(|(i, item)| {
+            let at = |name: &str| format!("todos[{i}].{name}");
+            Ok(TodoItem {
+                id: if item.id.trim().is_empty() {
+                    None
+                } else {
+                    Some(TaskId::parse(&at("id"), &item.id)?)
+                },
+                content: validate_content(&at("content"), &item.content)?,
+                status: optional(&at("status"), &item.status, Status::parse)?,
+                priority: optional(&at("priority"), &item.priority, Priority::parse)?,
+                depends_on: if item.depends_on.is_empty() {
+                    None
+                } else {
+                    Some(task_ids(&at("depends_on"), &item.depends_on)?)
+                },
+            })
+        })
+        .collect()
+}
+
+pub fn plan(view: PlanView) -> proto::Plan {
+    proto::Plan {
+        name: view.name,
+        title: view.title,
+        revision: view.revision,
+        created_at: time(view.created_at),
+        updated_at: time(view.updated_at),
+    }
+}
+
+fn progress(json: &str) -> Option<proto::Progress> {
+    let value: serde_json::Value = serde_json::from_str(json).ok()?;
+    let int = |key: &str| value.get(key).and_then(|v| v.as_i64()).unwrap_or(0);
+    Some(proto::Progress {
+        done: int("done"),
+        failed: int("failed"),
+        total: int("total"),
+        tokens: int("tokens"),
+        rate_per_second: value
+            .get("rate_per_second")
+            .and_then(|v| v.as_f64())
+            .unwrap_or(0.0),
+        eta_seconds: int("eta_seconds"),
+        message: value
+            .get("message")
+            .and_then(|v| v.as_str())
+            .unwrap_or_default()
+            .to_string(),
+    })
+}
+
+pub fn task(view: TaskView) -> proto::Task {
+    proto::Task {
+        id: view.id.to_string(),
+        plan: view.plan,
+        content: view.content,
+        status: view.status.to_string(),
+        priority: view.priority.to_string(),
+        kind: view.kind.to_string(),
+        position: view.position,
+        depends_on: view.depends_on.iter().map(ToString::to_string).collect(),
+        readiness: view.readiness.map(|r| r.to_string()).unwrap_or_default(),
+        blocked_by: view.blocked_by.iter().map(ToString::to_string).collect(),
+        spec_json: view.spec.unwrap_or_default(),
+        progress: view.progress.as_deref().and_then(progress),
+        result_json: view.result.unwrap_or_default(),
+        error: view.error.unwrap_or_default(),
+        revision: view.revision,
+        archived: view.archived,
+        created_at: time(view.created_at),
+        updated_at: time(view.updated_at),
+        started_at: optional_time(view.started_at),
+        finished_at: optional_time(view.finished_at),
+    }
+}
+
+pub fn tasks(views: Vec<TaskView>) -> Vec<proto::Task> {
+    views.into_iter().map(task).collect()
+}
+
+pub fn summary(view: PlanSummary) -> proto::PlanSummary {
+    let total = view.total();
+    proto::PlanSummary {
+        plan: view.plan.map(plan),
+        counts: view
+            .counts
+            .iter()
+            .map(|(status, count)| proto::StatusCount {
+                status: status.to_string(),
+                count: *count,
+            })
+            .collect(),
+        ready_count: view.ready,
+        blocked_count: view.blocked,
+        blocked_by_failure_count: view.blocked_by_failure,
+        total,
+        in_progress: tasks(view.in_progress_tasks),
+        ready: tasks(view.ready_tasks),
+        blocked: tasks(view.blocked_tasks),
+    }
+}
+
+pub fn event(view: EventView) -> proto::Event {
+    proto::Event {
+        seq: view.seq,
+        plan: view.plan,
+        task_id: view.task_id.map(|t| t.to_string()).unwrap_or_default(),
+        r#type: view.kind,
+        from_status: view.from_status.unwrap_or_default(),
+        to_status: view.to_status.unwrap_or_default(),
+        old_value: view.old_value.unwrap_or_default(),
+        new_value: view.new_value.unwrap_or_default(),
+        actor: view.actor,
+        reason: view.reason,
+        at: time(view.at),
+        plan_revision: view.plan_revision,
+    }
+}

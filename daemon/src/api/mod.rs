@@ -1,0 +1,372 @@
+//! The gRPC edge: `todod.v1.Todos` over the store. Handlers validate and convert
+//! input (naming the field on error), call the store, and convert the answer.
+pub mod auth;
+pub mod convert;
+mod error;
+
+use std::pin::Pin;
+
+use futures::Stream;
+use tokio::sync::{mpsc, watch};
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status};
+
+use crate::domain::model::{validate_content, validate_free_text};
+use crate::domain::Error as Rule;
+use crate::proto::{self, todos_server::Todos};
+use crate::store::{EventFilter, NewTask, Store, TaskFilter, TaskUpdate, WriteContext};
+
+/// Metadata key a client names itself with; recorded as the actor of its events.
+pub const CLIENT_HEADER: &str = "x-todod-client";
+/// Largest request the daemon decodes.
+pub const MAX_REQUEST_BYTES: usize = 4 * 1024 * 1024;
+/// Largest response the daemon encodes (a 100k-task ReadTodos fits).
+pub const MAX_RESPONSE_BYTES: usize = 256 * 1024 * 1024;
+/// Events fetched per round while a watcher catches up.
+const WATCH_BATCH: usize = 500;
+const DEFAULT_HIGHLIGHTS: usize = 20;
+const MAX_HIGHLIGHTS: usize = 1000;
+
+#[derive(Clone)]
+pub struct TodoService {
+    store: Store,
+    /// Flips to true when the daemon shuts down, ending watch streams.
+    shutdown: watch::Receiver<bool>,
+}
+
+impl TodoService {
+    pub fn new(store: Store, shutdown: watch::Receiver<bool>) -> TodoService {
+        TodoService { store, shutdown }
+    }
+}
+
+fn context<T>(
+    request: &Request<T>,
+    reason: &str,
+    expected_revision: i64,
+) -> Result<WriteContext, Status> {
+    let actor = request
+        .metadata()
+        .get(CLIENT_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .map(|v| v.trim().chars().take(128).collect::<String>())
+        .filter(|v| !v.is_empty())
+        .unwrap_or_else(|| "anonymous".to_string());
+    if expected_revision < 0 {
+        return Err(Rule::invalid("expected_revision", "must not be negative").into());
+    }
+    Ok(WriteContext {
+        actor,
+        reason: validate_free_text("reason", reason)?,
+        expected_revision: (expected_revision > 0).then_some(expected_revision),
+    })
+}
+
+fn highlights(field: &str, limit: i32, default: usize) -> Result<usize, Status> {
+    match limit {
+        n if n < 0 => Err(Rule::invalid(field, "must not be negative").into()),
+        0 => Ok(default),
+        n => Ok((n as usize).min(MAX_HIGHLIGHTS)),
+    }
+}
+
+fn page_size(field: &str, size: i32) -> Result<usize, Status> {
+    if size < 0 {
+        return Err(Rule::invalid(field, "must not be negative").into());
+    }
+    Ok(size as usize)
+}
+
+type EventStream = Pin<Box<dyn Stream<Item = Result<proto::Event, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl Todos for TodoService {
+    async fn write_todos(
+        &self,
+        request: Request<proto::WriteTodosRequest>,
+    ) -> Result<Response<proto::WriteTodosResponse>, Status> {
+        let ctx = context(
+            &request,
+            &request.get_ref().reason,
+            request.get_ref().expected_revision,
+        )?;
+        let req = request.into_inner();
+        let plan = convert::plan_name("plan", &req.plan)?;
+        let items = convert::todo_items(&req.todos)?;
+        let written = self.store.write_todos(&plan, &items, &ctx).await?;
+        Ok(Response::new(proto::WriteTodosResponse {
+            plan: Some(convert::plan(written.plan)),
+            todos: convert::tasks(written.todos),
+            created: written.created.iter().map(ToString::to_string).collect(),
+            archived: written.archived.iter().map(ToString::to_string).collect(),
+        }))
+    }
+
+    async fn read_todos(
+        &self,
+        request: Request<proto::ReadTodosRequest>,
+    ) -> Result<Response<proto::ReadTodosResponse>, Status> {
+        let plan = convert::plan_name("plan", &request.get_ref().plan)?;
+        let (plan, todos) = self.store.read_todos(&plan).await?;
+        Ok(Response::new(proto::ReadTodosResponse {
+            plan: Some(convert::plan(plan)),
+            todos: convert::tasks(todos),
+        }))
+    }
+
+    async fn create_plan(
+        &self,
+        request: Request<proto::CreatePlanRequest>,
+    ) -> Result<Response<proto::Plan>, Status> {
+        let ctx = context(&request, "", 0)?;
+        let req = request.into_inner();
+        let name = convert::plan_name("name", &req.name)?;
+        let title = validate_free_text("title", &req.title)?;
+        let plan = self.store.create_plan(&name, &title, &ctx).await?;
+        Ok(Response::new(convert::plan(plan)))
+    }
+
+    async fn get_plan(
+        &self,
+        request: Request<proto::GetPlanRequest>,
+    ) -> Result<Response<proto::PlanSummary>, Status> {
+        let req = request.into_inner();
+        let name = convert::plan_name("name", &req.name)?;
+        let limit = highlights("highlight_limit", req.highlight_limit, DEFAULT_HIGHLIGHTS)?;
+        let summary = self.store.plan_summary(&name, limit).await?;
+        Ok(Response::new(convert::summary(summary)))
+    }
+
+    async fn list_plans(
+        &self,
+        request: Request<proto::ListPlansRequest>,
+    ) -> Result<Response<proto::ListPlansResponse>, Status> {
+        let limit = highlights("highlight_limit", request.get_ref().highlight_limit, 0)?;
+        let mut plans = Vec::new();
+        for plan in self.store.list_plans().await? {
+            let summary = self.store.plan_summary(&plan.name, limit).await?;
+            plans.push(convert::summary(summary));
+        }
+        Ok(Response::new(proto::ListPlansResponse { plans }))
+    }
+
+    async fn create_task(
+        &self,
+        request: Request<proto::CreateTaskRequest>,
+    ) -> Result<Response<proto::Task>, Status> {
+        let ctx = context(
+            &request,
+            &request.get_ref().reason,
+            request.get_ref().expected_revision,
+        )?;
+        let req = request.into_inner();
+        let new = NewTask {
+            plan: convert::plan_name("plan", &req.plan)?,
+            content: validate_content("content", &req.content)?,
+            priority: convert::priority_or(
+                "priority",
+                &req.priority,
+                crate::domain::Priority::Medium,
+            )?,
+            kind: convert::kind_or_todo("kind", &req.kind)?,
+            spec: req.spec_json,
+            depends_on: convert::task_ids("depends_on", &req.depends_on)?,
+        };
+        let task = self.store.create_task(&new, &ctx).await?;
+        Ok(Response::new(convert::task(task)))
+    }
+
+    async fn get_task(
+        &self,
+        request: Request<proto::GetTaskRequest>,
+    ) -> Result<Response<proto::Task>, Status> {
+        let id = convert::task_id("id", &request.get_ref().id)?;
+        let task = self.store.get_task(id).await?;
+        Ok(Response::new(convert::task(task)))
+    }
+
+    async fn list_tasks(
+        &self,
+        request: Request<proto::ListTasksRequest>,
+    ) -> Result<Response<proto::ListTasksResponse>, Status> {
+        let req = request.into_inner();
+        let filter = TaskFilter {
+            plan: convert::plan_name("plan", &req.plan)?,
+            statuses: convert::statuses("statuses", &req.statuses)?,
+            kinds: convert::kinds("kinds", &req.kinds)?,
+            readiness: convert::readiness("readiness", &req.readiness)?,
+            include_archived: req.include_archived,
+            page_size: page_size("page_size", req.page_size)?,
+            page_token: Some(req.page_token).filter(|t| !t.is_empty()),
+        };
+        let page = self.store.list_tasks(&filter).await?;
+        Ok(Response::new(proto::ListTasksResponse {
+            tasks: convert::tasks(page.tasks),
+            next_page_token: page.next_page_token.unwrap_or_default(),
+            plan_revision: page.plan_revision,
+        }))
+    }
+
+    async fn update_task(
+        &self,
+        request: Request<proto::UpdateTaskRequest>,
+    ) -> Result<Response<proto::Task>, Status> {
+        let ctx = context(
+            &request,
+            &request.get_ref().reason,
+            request.get_ref().expected_revision,
+        )?;
+        let req = request.into_inner();
+        let id = convert::task_id("id", &req.id)?;
+        let update = TaskUpdate {
+            content: req
+                .content
+                .map(|c| validate_content("content", &c))
+                .transpose()?,
+            priority: req
+                .priority
+                .map(|p| crate::domain::Priority::parse("priority", &p))
+                .transpose()?,
+            spec: req.spec_json,
+        };
+        let task = self.store.update_task(id, &update, &ctx).await?;
+        Ok(Response::new(convert::task(task)))
+    }
+
+    async fn transition_task(
+        &self,
+        request: Request<proto::TransitionTaskRequest>,
+    ) -> Result<Response<proto::Task>, Status> {
+        let ctx = context(
+            &request,
+            &request.get_ref().reason,
+            request.get_ref().expected_revision,
+        )?;
+        let req = request.into_inner();
+        let id = convert::task_id("id", &req.id)?;
+        let to = convert::status("to", &req.to)?;
+        let task = self.store.transition(id, to, &ctx).await?;
+        Ok(Response::new(convert::task(task)))
+    }
+
+    async fn add_dependency(
+        &self,
+        request: Request<proto::DependencyRequest>,
+    ) -> Result<Response<proto::Task>, Status> {
+        let ctx = context(
+            &request,
+            &request.get_ref().reason,
+            request.get_ref().expected_revision,
+        )?;
+        let req = request.into_inner();
+        let id = convert::task_id("task_id", &req.task_id)?;
+        let dep = convert::task_id("depends_on", &req.depends_on)?;
+        let task = self.store.add_dependency(id, dep, &ctx).await?;
+        Ok(Response::new(convert::task(task)))
+    }
+
+    async fn remove_dependency(
+        &self,
+        request: Request<proto::DependencyRequest>,
+    ) -> Result<Response<proto::Task>, Status> {
+        let ctx = context(
+            &request,
+            &request.get_ref().reason,
+            request.get_ref().expected_revision,
+        )?;
+        let req = request.into_inner();
+        let id = convert::task_id("task_id", &req.task_id)?;
+        let dep = convert::task_id("depends_on", &req.depends_on)?;
+        let task = self.store.remove_dependency(id, dep, &ctx).await?;
+        Ok(Response::new(convert::task(task)))
+    }
+
+    async fn list_events(
+        &self,
+        request: Request<proto::ListEventsRequest>,
+    ) -> Result<Response<proto::ListEventsResponse>, Status> {
+        let req = request.into_inner();
+        let task = if req.task_id.is_empty() {
+            None
+        } else {
+            Some(convert::task_id("task_id", &req.task_id)?)
+        };
+        let plan = if task.is_some() && req.plan.is_empty() {
+            String::new()
+        } else {
+            convert::plan_name("plan", &req.plan)?
+        };
+        if req.after_seq < 0 {
+            return Err(Rule::invalid("after_seq", "must not be negative").into());
+        }
+        let filter = EventFilter {
+            plan,
+            task,
+            after_seq: req.after_seq,
+            limit: page_size("limit", req.limit)?,
+        };
+        let events = self.store.list_events(&filter).await?;
+        let last_seq = events.last().map_or(req.after_seq, |e| e.seq);
+        Ok(Response::new(proto::ListEventsResponse {
+            events: events.into_iter().map(convert::event).collect(),
+            last_seq,
+        }))
+    }
+
+    type WatchPlanStream = EventStream;
+
+    async fn watch_plan(
+        &self,
+        request: Request<proto::WatchPlanRequest>,
+    ) -> Result<Response<EventStream>, Status> {
+        let req = request.into_inner();
+        let plan = if req.plan.is_empty() {
+            String::new()
+        } else {
+            let name = convert::plan_name("plan", &req.plan)?;
+            self.store.get_plan(&name).await?;
+            name
+        };
+        if req.after_seq < 0 {
+            return Err(Rule::invalid("after_seq", "must not be negative").into());
+        }
+        let (tx, rx) = mpsc::channel(WATCH_BATCH);
+        let store = self.store.clone();
+        let mut shutdown = self.shutdown.clone();
+        // Subscribe before the first read, so nothing committed in between is missed.
+        let mut committed = store.subscribe();
+        tokio::spawn(async move {
+            let mut filter = EventFilter {
+                plan,
+                task: None,
+                after_seq: req.after_seq,
+                limit: WATCH_BATCH,
+            };
+            loop {
+                committed.borrow_and_update();
+                let events = match store.list_events(&filter).await {
+                    Ok(events) => events,
+                    Err(error) => {
+                        let _ = tx.send(Err(error.into())).await;
+                        return;
+                    }
+                };
+                let caught_up = events.len() < WATCH_BATCH;
+                for event in events {
+                    filter.after_seq = event.seq;
+                    if tx.send(Ok(convert::event(event))).await.is_err() {
+                        return; // the watcher went away
+                    }
+                }
+                if caught_up {
+                    tokio::select! {
+                        changed = committed.changed() => if changed.is_err() { return },
+                        _ = shutdown.wait_for(|stop| *stop) => return,
+                        _ = tx.closed() => return,
+                    }
+                }
+            }
+        });
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+}

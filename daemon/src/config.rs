@@ -1,0 +1,71 @@
+//! Where the daemon keeps its state, and the guard that keeps two daemons off
+//! one database.
+use std::fs::{self, File, OpenOptions};
+use std::io;
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::os::unix::io::AsRawFd;
+use std::path::{Path, PathBuf};
+
+/// Loopback address served when none is given.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:50710";
+pub const DATABASE_FILE: &str = "todod.db";
+pub const SOCKET_FILE: &str = "todod.sock";
+const LOCK_FILE: &str = "todod.lock";
+
+/// `$XDG_STATE_HOME/todod`, else `~/.local/state/todod`.
+pub fn default_state_dir() -> Option<PathBuf> {
+    let xdg = std::env::var_os("XDG_STATE_HOME").filter(|v| !v.is_empty());
+    if let Some(dir) = xdg.map(PathBuf::from).filter(|p| p.is_absolute()) {
+        return Some(dir.join("todod"));
+    }
+    let home = std::env::var_os("HOME").filter(|v| !v.is_empty())?;
+    Some(PathBuf::from(home).join(".local/state/todod"))
+}
+
+/// Creates the state directory (mode 0700: the database is private).
+pub fn ensure_state_dir(dir: &Path) -> io::Result<()> {
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+}
+
+/// An exclusive lock on the state directory, held for the daemon's life. The
+/// kernel drops it when the process dies, even by SIGKILL.
+#[derive(Debug)]
+pub struct StateLock {
+    _file: File,
+}
+
+pub fn lock_state_dir(dir: &Path) -> io::Result<StateLock> {
+    let file = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(dir.join(LOCK_FILE))?;
+    // SAFETY: flock on a file descriptor we own; no memory is shared.
+    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if rc != 0 {
+        let err = io::Error::last_os_error();
+        if err.kind() == io::ErrorKind::WouldBlock {
+            return Err(io::Error::new(
+                io::ErrorKind::AddrInUse,
+                format!("another todod already uses {}", dir.display()),
+            ));
+        }
+        return Err(err);
+    }
+    Ok(StateLock { _file: file })
+}
+
+/// Binds a Unix socket readable and writable by this user only. A socket file
+/// left by a dead daemon is replaced; the state lock proves it is dead.
+pub fn bind_private_socket(path: &Path) -> io::Result<tokio::net::UnixListener> {
+    match fs::remove_file(path) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+        _ => {}
+    }
+    let listener = tokio::net::UnixListener::bind(path)?;
+    fs::set_permissions(path, fs::Permissions::from_mode(0o600))?;
+    Ok(listener)
+}

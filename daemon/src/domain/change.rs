@@ -1,0 +1,73 @@
+//! Changes the rules decided on. The store persists each one and records it as an
+//! event, so the history is exactly the list of accepted changes.
+use super::model::{Kind, Priority, Status, TaskId};
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Change {
+    /// `id` is provisional (negative) until the store assigns the real one.
+    Created {
+        id: TaskId,
+        content: String,
+        priority: Priority,
+        kind: Kind,
+        position: i64,
+        spec: Option<String>,
+    },
+    ContentChanged {
+        id: TaskId,
+        old: String,
+        new: String,
+    },
+    PriorityChanged {
+        id: TaskId,
+        old: Priority,
+        new: Priority,
+    },
+    SpecChanged {
+        id: TaskId,
+        old: Option<String>,
+        new: Option<String>,
+    },
+    /// Position in the list; not an event of its own, since reordering is noise.
+    Moved {
+        id: TaskId,
+        position: i64,
+    },
+    StatusChanged {
+        id: TaskId,
+        from: Status,
+        to: Status,
+    },
+    DependencyAdded {
+        id: TaskId,
+        depends_on: TaskId,
+    },
+    DependencyRemoved {
+        id: TaskId,
+        depends_on: TaskId,
+    },
+    Archived {
+        id: TaskId,
+    },
+    Restored {
+        id: TaskId,
+    },
+}
+
+impl Change {
+    /// The task the change is about.
+    pub fn task(&self) -> TaskId {
+        match self {
+            Change::Created { id, .. }
+            | Change::ContentChanged { id, .. }
+            | Change::PriorityChanged { id, .. }
+            | Change::SpecChanged { id, .. }
+            | Change::Moved { id, .. }
+            | Change::StatusChanged { id, .. }
+            | Change::DependencyAdded { id, .. }
+            | Change::DependencyRemoved { id, .. }
+            | Change::Archived { id }
+            | Change::Restored { id } => *id,
+        }
+    }
+}

@@ -1,0 +1,99 @@
+//! Why the rules refused something. Each variant maps to one gRPC code at the edge.
+use super::model::{Status, TaskId};
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Error {
+    /// The request itself is malformed; `field` names where.
+    #[error("{field}: {reason}")]
+    Invalid { field: String, reason: String },
+
+    #[error("{what} {id} not found")]
+    NotFound { what: &'static str, id: String },
+
+    #[error("{what} {id} already exists")]
+    AlreadyExists { what: &'static str, id: String },
+
+    /// A transition the state machine does not allow at all.
+    #[error("{task}: cannot move from {from} to {to}: {why}")]
+    IllegalTransition {
+        task: TaskId,
+        from: Status,
+        to: Status,
+        why: &'static str,
+    },
+
+    /// The move is legal in general but dependencies are not completed yet.
+    #[error("{task}: cannot move from {from} to {to}: blocked by {}", list(.blockers))]
+    Blocked {
+        task: TaskId,
+        from: Status,
+        to: Status,
+        blockers: Vec<(TaskId, Status)>,
+    },
+
+    /// Reopening would leave started dependents with an unfinished dependency.
+    #[error("{task}: cannot move from {from} to {to}: dependents have started: {}", list(.dependents))]
+    DependentsStarted {
+        task: TaskId,
+        from: Status,
+        to: Status,
+        dependents: Vec<(TaskId, Status)>,
+    },
+
+    #[error("dependency {task} -> {depends_on} would close a cycle: {}", path(.cycle))]
+    Cycle {
+        task: TaskId,
+        depends_on: TaskId,
+        cycle: Vec<TaskId>,
+    },
+
+    /// Archived tasks keep their history but take no changes until restored.
+    #[error("{task} is archived; list it again in WriteTodos to restore it")]
+    Archived { task: TaskId },
+
+    /// Optimistic concurrency: the write was based on an older revision.
+    #[error("plan {plan} is at revision {actual}, not {expected}: re-read and retry")]
+    StaleRevision {
+        plan: String,
+        expected: i64,
+        actual: i64,
+    },
+}
+
+impl Error {
+    pub fn invalid(field: impl Into<String>, reason: impl Into<String>) -> Error {
+        Error::Invalid {
+            field: field.into(),
+            reason: reason.into(),
+        }
+    }
+
+    pub fn task_not_found(id: TaskId) -> Error {
+        Error::NotFound {
+            what: "task",
+            id: id.to_string(),
+        }
+    }
+
+    pub fn plan_not_found(name: &str) -> Error {
+        Error::NotFound {
+            what: "plan",
+            id: name.to_string(),
+        }
+    }
+}
+
+fn list(items: &[(TaskId, Status)]) -> String {
+    items
+        .iter()
+        .map(|(id, status)| format!("{id} ({status})"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn path(ids: &[TaskId]) -> String {
+    ids.iter()
+        .map(|id| id.to_string())
+        .collect::<Vec<_>>()
+        .join(" -> ")
+}

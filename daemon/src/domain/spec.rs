@@ -1,0 +1,53 @@
+//! Phase specs: the JSON object that tells the daemon how to run a phase task.
+//! The phase workers define their fields; here a spec is checked to be a bounded
+//! JSON object, present exactly when the kind is a phase.
+use super::model::{Kind, MAX_SPEC_BYTES};
+use super::Error;
+
+/// Validates and normalises (compacts) a spec for `kind`. An empty string means
+/// no spec.
+pub fn validate(field: &str, kind: Kind, spec: &str) -> Result<Option<String>, Error> {
+    let spec = spec.trim();
+    if spec.is_empty() {
+        return if kind.is_phase() {
+            Err(Error::invalid(
+                field,
+                format!("a {kind} task needs a spec (a JSON object)"),
+            ))
+        } else {
+            Ok(None)
+        };
+    }
+    if spec.len() > MAX_SPEC_BYTES {
+        return Err(Error::invalid(
+            field,
+            format!(
+                "is {} bytes; at most {MAX_SPEC_BYTES} are allowed",
+                spec.len()
+            ),
+        ));
+    }
+    let value: serde_json::Value = serde_json::from_str(spec)
+        .map_err(|e| Error::invalid(field, format!("is not valid JSON: {e}")))?;
+    if !value.is_object() {
+        return Err(Error::invalid(field, "must be a JSON object"));
+    }
+    Ok(Some(value.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn phase_kinds_need_an_object_spec() {
+        assert!(validate("spec_json", Kind::Generation, "").is_err());
+        assert!(validate("spec_json", Kind::Generation, "[1]").is_err());
+        assert!(validate("spec_json", Kind::Generation, "{oops").is_err());
+        assert_eq!(
+            validate("spec_json", Kind::Generation, " { \"a\" : 1 } ").unwrap(),
+            Some("{\"a\":1}".to_string())
+        );
+        assert_eq!(validate("spec_json", Kind::Todo, "").unwrap(), None);
+    }
+}

@@ -1,0 +1,12 @@
+//! todod: a durable, SQLite-backed todo graph served over gRPC, whose phase
+//! tasks the daemon runs itself.
+//!
+//! Layers, from the inside out: [`domain`] (the rules, no I/O), [`store`]
+//! (SQLite), [`api`] (gRPC), [`server`] (listeners and shutdown), [`config`]
+//! (where state lives). The binary in `main.rs` only wires them together.
+pub mod api;
+pub mod config;
+pub mod domain;
+pub mod proto;
+pub mod server;
+pub mod store;

@@ -1,0 +1,111 @@
+//! Serves the gRPC API on the listeners it is given until `shutdown` resolves.
+//! The binary binds and calls `run`; tests call the same `run` in-process.
+use std::future::Future;
+
+use tokio::net::{TcpListener, UnixListener};
+use tokio::sync::watch;
+use tokio_stream::wrappers::UnixListenerStream;
+use tonic::service::interceptor::InterceptorLayer;
+use tonic::transport::server::{Router, TcpIncoming};
+use tonic::transport::Server;
+use tonic_health::pb::health_server::{Health, HealthServer};
+use tower::layer::util::{Identity, Stack};
+
+use crate::api::auth::BearerAuth;
+use crate::api::{TodoService, MAX_REQUEST_BYTES, MAX_RESPONSE_BYTES};
+use crate::proto::todos_server::TodosServer;
+use crate::proto::FILE_DESCRIPTOR_SET;
+use crate::store::Store;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("gRPC server: {0}")]
+    Transport(#[from] tonic::transport::Error),
+    #[error("reflection service: {0}")]
+    Reflection(#[from] tonic_reflection::server::Error),
+    #[error("listener: {0}")]
+    Listener(String),
+}
+
+/// Where to serve. At least one should be set.
+#[derive(Debug, Default)]
+pub struct Listeners {
+    pub tcp: Option<TcpListener>,
+    pub unix: Option<UnixListener>,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// When set, every call must carry `authorization: Bearer <token>`.
+    pub token: Option<String>,
+}
+
+type Routes = Router<Stack<InterceptorLayer<BearerAuth>, Identity>>;
+
+/// One router per listener: tonic's `Router` is not `Clone`, its services are.
+fn router<H: Health>(
+    todos: &TodosServer<TodoService>,
+    health: &HealthServer<H>,
+    auth: &BearerAuth,
+) -> Result<Routes, Error> {
+    let reflection = || {
+        tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+    };
+    Ok(Server::builder()
+        .layer(tonic::service::interceptor(auth.clone()))
+        .add_service(health.clone())
+        .add_service(reflection().build_v1()?)
+        .add_service(reflection().build_v1alpha()?)
+        .add_service(todos.clone()))
+}
+
+/// Serves until `shutdown` resolves, then stops accepting, ends watch streams and
+/// lets in-flight calls finish.
+pub async fn run(
+    store: Store,
+    listeners: Listeners,
+    options: Options,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), Error> {
+    let (stop_tx, stop_rx) = watch::channel(false);
+    tokio::spawn(async move {
+        shutdown.await;
+        let _ = stop_tx.send(true);
+    });
+    let stopped = |mut rx: watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|stop| *stop).await;
+    };
+
+    let (mut reporter, health) = tonic_health::server::health_reporter();
+    reporter.set_serving::<TodosServer<TodoService>>().await;
+    let todos = TodosServer::new(TodoService::new(store, stop_rx.clone()))
+        .max_decoding_message_size(MAX_REQUEST_BYTES)
+        .max_encoding_message_size(MAX_RESPONSE_BYTES);
+    let auth = BearerAuth::new(options.token.as_deref());
+
+    let mut servers = tokio::task::JoinSet::new();
+    if let Some(listener) = listeners.tcp {
+        // Nagle plus delayed ACKs would add tens of milliseconds to small calls.
+        let incoming = TcpIncoming::from_listener(listener, true, None)
+            .map_err(|e| Error::Listener(e.to_string()))?;
+        let routes = router(&todos, &health, &auth)?;
+        servers.spawn(routes.serve_with_incoming_shutdown(incoming, stopped(stop_rx.clone())));
+    }
+    if let Some(listener) = listeners.unix {
+        let routes = router(&todos, &health, &auth)?;
+        servers.spawn(routes.serve_with_incoming_shutdown(
+            UnixListenerStream::new(listener),
+            stopped(stop_rx.clone()),
+        ));
+    }
+    if servers.is_empty() {
+        return Err(Error::Listener("no listener to serve on".into()));
+    }
+    while let Some(result) = servers.join_next().await {
+        result.map_err(|e| Error::Listener(e.to_string()))??;
+    }
+    reporter.set_not_serving::<TodosServer<TodoService>>().await;
+    Ok(())
+}
