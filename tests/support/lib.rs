@@ -1,1 +1,246 @@
-//! placeholder
+//! Test harness: the daemon in-process on an ephemeral port with a temporary
+//! database, or the real binaries as separate processes.
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use tempfile::TempDir;
+use todod::proto::todos_client::TodosClient;
+use todod::server::{self, Listeners, Options};
+use todod::store::Store;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+use tonic::transport::Channel;
+
+pub use todod::proto;
+
+pub type Client = TodosClient<Channel>;
+
+/// The daemon's `run`, in this process, on 127.0.0.1:0 and a database in a temp dir.
+pub struct TestDaemon {
+    pub dir: TempDir,
+    pub addr: SocketAddr,
+    pub store: Store,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<JoinHandle<()>>,
+}
+
+impl TestDaemon {
+    pub async fn start() -> TestDaemon {
+        let dir = tempfile::tempdir().expect("temp dir");
+        TestDaemon::start_in(dir, Options::default()).await
+    }
+
+    pub async fn start_with(options: Options) -> TestDaemon {
+        let dir = tempfile::tempdir().expect("temp dir");
+        TestDaemon::start_in(dir, options).await
+    }
+
+    pub async fn start_in(dir: TempDir, options: Options) -> TestDaemon {
+        let store = Store::open(&dir.path().join("todod.db"))
+            .await
+            .expect("open store");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let (stop, stopped) = oneshot::channel::<()>();
+        let listeners = Listeners {
+            tcp: Some(listener),
+            unix: None,
+        };
+        let serving = store.clone();
+        let task = tokio::spawn(async move {
+            server::run(serving, listeners, options, async {
+                let _ = stopped.await;
+            })
+            .await
+            .expect("server run");
+        });
+        TestDaemon {
+            dir,
+            addr,
+            store,
+            stop: Some(stop),
+            task: Some(task),
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    pub async fn client(&self) -> Client {
+        connect(&self.url()).await
+    }
+
+    /// Graceful stop; returns the temp dir so the same database can be reopened.
+    pub async fn stop(mut self) -> TempDir {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(task) = self.task.take() {
+            task.await.expect("server task");
+        }
+        self.store.close().await;
+        self.dir
+    }
+
+    pub async fn restart(self) -> TestDaemon {
+        let dir = self.stop().await;
+        TestDaemon::start_in(dir, Options::default()).await
+    }
+}
+
+pub async fn connect(url: &str) -> Client {
+    let channel = Channel::from_shared(url.to_string())
+        .expect("url")
+        .connect_timeout(Duration::from_secs(10))
+        .connect()
+        .await
+        .expect("connect to daemon");
+    TodosClient::new(channel)
+        .max_decoding_message_size(usize::MAX)
+        .max_encoding_message_size(usize::MAX)
+}
+
+/// A binary of this workspace, built by `cargo test --workspace`.
+pub fn binary(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("current exe");
+    let dir = exe.parent().and_then(Path::parent).expect("target dir");
+    let path = dir.join(name);
+    assert!(
+        path.exists(),
+        "{} is missing: run the tests with `cargo test --workspace`, which builds it",
+        path.display()
+    );
+    path
+}
+
+/// The real `todod` binary, serving on an ephemeral loopback port.
+pub struct RealDaemon {
+    pub child: Child,
+    pub addr: SocketAddr,
+    pub state_dir: PathBuf,
+}
+
+impl RealDaemon {
+    pub fn spawn(state_dir: &Path) -> RealDaemon {
+        RealDaemon::spawn_with(state_dir, &[])
+    }
+
+    pub fn spawn_with(state_dir: &Path, extra: &[&str]) -> RealDaemon {
+        let mut child = Command::new(binary("todod"))
+            .arg("--state-dir")
+            .arg(state_dir)
+            .args(["--listen", "127.0.0.1:0", "--socket", "none"])
+            .args(extra)
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn todod");
+        // The first stdout line is the readiness signal: "todod listening on ADDR".
+        let stdout = child.stdout.take().expect("stdout");
+        let mut line = String::new();
+        BufReader::new(stdout)
+            .read_line(&mut line)
+            .expect("read todod stdout");
+        let addr = line
+            .trim()
+            .rsplit(' ')
+            .next()
+            .and_then(|a| a.parse().ok())
+            .unwrap_or_else(|| panic!("todod did not report its address: {line:?}"));
+        RealDaemon {
+            child,
+            addr,
+            state_dir: state_dir.to_path_buf(),
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    pub fn kill9(&mut self) {
+        // SAFETY: sending a signal to our own child by pid.
+        unsafe {
+            libc::kill(self.child.id() as i32, libc::SIGKILL);
+        }
+        let _ = self.child.wait();
+    }
+
+    pub fn terminate(&mut self) -> std::process::ExitStatus {
+        // SAFETY: as above.
+        unsafe {
+            libc::kill(self.child.id() as i32, libc::SIGTERM);
+        }
+        self.child.wait().expect("wait todod")
+    }
+}
+
+impl Drop for RealDaemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A todo item as an agent sends it.
+pub fn item(id: &str, content: &str, status: &str, priority: &str) -> proto::TodoItem {
+    proto::TodoItem {
+        id: id.to_string(),
+        content: content.to_string(),
+        status: status.to_string(),
+        priority: priority.to_string(),
+        depends_on: vec![],
+    }
+}
+
+pub fn write_request(plan: &str, todos: Vec<proto::TodoItem>) -> proto::WriteTodosRequest {
+    proto::WriteTodosRequest {
+        plan: plan.to_string(),
+        todos,
+        expected_revision: 0,
+        reason: String::new(),
+    }
+}
+
+/// Everything a client can observe of the store, for "nothing changed" checks.
+pub async fn snapshot(client: &mut Client) -> String {
+    let plans = client
+        .list_plans(proto::ListPlansRequest { highlight_limit: 0 })
+        .await
+        .expect("list plans")
+        .into_inner();
+    let mut out = format!("{plans:?}\n");
+    for plan in plans.plans {
+        let name = plan.plan.expect("plan").name;
+        let tasks = client
+            .list_tasks(proto::ListTasksRequest {
+                plan: name.clone(),
+                include_archived: true,
+                page_size: 10_000,
+                ..Default::default()
+            })
+            .await
+            .expect("list tasks")
+            .into_inner();
+        out.push_str(&format!("{tasks:?}\n"));
+        let events = client
+            .list_events(proto::ListEventsRequest {
+                plan: name,
+                limit: 10_000,
+                ..Default::default()
+            })
+            .await
+            .expect("list events")
+            .into_inner();
+        out.push_str(&format!("{events:?}\n"));
+    }
+    out
+}

@@ -19,16 +19,19 @@ impl TaskId {
 
     /// Parses a client-supplied id, naming `field` when it is malformed.
     pub fn parse(field: &str, text: &str) -> Result<TaskId, Error> {
+        // The prefix is required: agents often send their own ids ("1", "2"),
+        // which must not silently address someone else's task t1.
         let text = text.trim();
-        let digits = text
-            .strip_prefix('t')
-            .or_else(|| text.strip_prefix('T'))
-            .unwrap_or(text);
-        match digits.parse::<i64>() {
-            Ok(n) if n > 0 && !digits.starts_with('+') => Ok(TaskId(n)),
+        match text.strip_prefix('t').map(|d| (d, d.parse::<i64>())) {
+            Some((digits, Ok(n))) if n > 0 && digits.bytes().all(|b| b.is_ascii_digit()) => {
+                Ok(TaskId(n))
+            }
             _ => Err(Error::invalid(
                 field,
-                format!("{text:?} is not a task id (expected the form t42)"),
+                format!(
+                    "{text:?} is not a task id of this server (ids look like t42; \
+                     leave id empty for a new item)"
+                ),
             )),
         }
     }
@@ -201,9 +204,9 @@ mod tests {
     #[test]
     fn task_ids_parse_and_print() {
         assert_eq!(TaskId::parse("id", "t42").unwrap(), TaskId(42));
-        assert_eq!(TaskId::parse("id", " 7 ").unwrap(), TaskId(7));
+        assert_eq!(TaskId::parse("id", " t7 ").unwrap(), TaskId(7));
         assert_eq!(TaskId(42).to_string(), "t42");
-        for bad in ["", "t", "t0", "t-1", "x1", "t1.5", "t+3"] {
+        for bad in ["", "1", "t", "t0", "t-1", "x1", "t1.5", "t+3", "T4"] {
             let err = TaskId::parse("todos[0].id", bad).unwrap_err();
             assert!(err.to_string().contains("todos[0].id"), "{err}");
         }

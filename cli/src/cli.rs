@@ -1,0 +1,286 @@
+//! Command-line definitions (clap derive). Parsing only: no I/O happens here.
+use clap::{Args, Parser, Subcommand};
+
+use crate::error::EXIT_CODES_HELP;
+
+/// Default daemon address.
+pub const DEFAULT_ADDR: &str = "http://127.0.0.1:50710";
+
+/// Task statuses accepted by the daemon.
+pub const STATUSES: [&str; 5] = ["pending", "in_progress", "completed", "cancelled", "failed"];
+/// Task priorities accepted by the daemon.
+pub const PRIORITIES: [&str; 3] = ["high", "medium", "low"];
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "todoctl",
+    version,
+    about = "Command-line client for the todod daemon: plans, tasks, dependencies and their history",
+    after_help = EXIT_CODES_HELP
+)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: GlobalOpts,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct GlobalOpts {
+    /// Daemon address: http://HOST:PORT or unix:/path/to/todod.sock
+    #[arg(long, global = true, help_heading = "Global options", env = "TODOD_ADDR", default_value = DEFAULT_ADDR)]
+    pub addr: String,
+    /// Bearer token sent as `authorization: Bearer <token>` on every call
+    #[arg(
+        long,
+        global = true,
+        help_heading = "Global options",
+        env = "TODOD_TOKEN",
+        hide_env_values = true
+    )]
+    pub token: Option<String>,
+    /// Print machine-readable JSON instead of text
+    #[arg(long, global = true, help_heading = "Global options")]
+    pub json: bool,
+    /// Name recorded as the actor of the changes this client makes (x-todod-client)
+    #[arg(
+        long,
+        global = true,
+        help_heading = "Global options",
+        env = "TODOD_CLIENT",
+        default_value = "todoctl"
+    )]
+    pub client_name: String,
+}
+
+/// `--plan/-p`, shared by every command that works on one plan.
+#[derive(Debug, Clone, Args)]
+pub struct PlanArg {
+    /// Plan name
+    #[arg(short = 'p', long = "plan", env = "TODOD_PLAN")]
+    pub plan: String,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// One screen per plan: counts, in progress, ready next, blocked
+    Status {
+        /// Only this plan (default: every plan)
+        #[arg(value_name = "PLAN")]
+        plan: Option<String>,
+        /// Only this plan (same as the positional PLAN)
+        #[arg(
+            short = 'p',
+            long = "plan",
+            value_name = "PLAN",
+            conflicts_with = "plan"
+        )]
+        plan_flag: Option<String>,
+        /// How many tasks to show in each of in progress / ready / blocked
+        #[arg(long, default_value_t = 5)]
+        limit: i32,
+    },
+    /// List the tasks of a plan (all pages)
+    List(ListArgs),
+    /// Show one task with all its fields and its history
+    Show {
+        /// Task id, e.g. t42
+        task: String,
+    },
+    /// Create a task
+    Add(AddArgs),
+    /// Mark a task in progress
+    Start(TransitionArgs),
+    /// Mark a task completed
+    Done(TransitionArgs),
+    /// Cancel a task
+    Cancel(TransitionArgs),
+    /// Send a failed task back to pending
+    Retry(TransitionArgs),
+    /// Send a completed or cancelled task back to pending
+    Reopen(TransitionArgs),
+    /// Add or remove a dependency edge
+    #[command(subcommand)]
+    Dep(DepCommand),
+    /// Show the dependency graph of a plan as a tree, or as Graphviz
+    Graph {
+        #[command(flatten)]
+        plan: PlanArg,
+        /// Print Graphviz dot (edges go from a dependency to its dependent)
+        #[arg(long, conflicts_with = "json")]
+        dot: bool,
+        /// Include archived tasks
+        #[arg(long)]
+        all: bool,
+    },
+    /// Follow the events of a plan (or of every plan) as they happen
+    Watch {
+        /// Only this plan (default: every plan)
+        #[arg(short = 'p', long = "plan", env = "TODOD_PLAN")]
+        plan: Option<String>,
+        /// Start after this event sequence number (0: from the beginning)
+        #[arg(long, default_value_t = 0, value_name = "SEQ")]
+        after: i64,
+    },
+    /// Replace a plan's todo list with a JSON list read from stdin (an agent's todo-write)
+    #[command(after_help = WRITE_HELP)]
+    Write {
+        #[command(flatten)]
+        plan: PlanArg,
+        /// Refuse the write (exit 4) unless the plan is at this revision
+        #[arg(long, value_name = "N")]
+        expected_revision: Option<i64>,
+        /// Reason recorded on every event of this write
+        #[arg(long)]
+        reason: Option<String>,
+    },
+    /// Print a plan's live todo list (with --json: the shape `write` accepts)
+    Read {
+        #[command(flatten)]
+        plan: PlanArg,
+    },
+    /// Create, list and show plans
+    #[command(subcommand)]
+    Plan(PlanCommand),
+}
+
+const WRITE_HELP: &str = "\
+Input: a JSON array of items, or an object {\"todos\": [...]}. Each item:
+  {\"id\"?: \"t3\", \"content\": \"...\", \"status\"?: \"pending\", \"priority\"?: \"medium\",
+   \"depends_on\"?: [\"t1\"]}        (\"dependsOn\" is accepted too)
+An item with an id updates that task; without one it matches a live task with the
+same content or creates a task. Plain tasks missing from the list are archived.";
+
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    #[command(flatten)]
+    pub plan: PlanArg,
+    /// Only these statuses (repeatable or comma-separated)
+    #[arg(short = 's', long = "status", value_delimiter = ',', value_parser = STATUSES)]
+    pub statuses: Vec<String>,
+    /// Only these kinds, e.g. todo, generation (repeatable or comma-separated)
+    #[arg(short = 'k', long = "kind", value_delimiter = ',')]
+    pub kinds: Vec<String>,
+    /// Only pending tasks whose dependencies are all completed
+    #[arg(long)]
+    pub ready: bool,
+    /// Only pending tasks waiting on a dependency (including blocked by a failure)
+    #[arg(long)]
+    pub blocked: bool,
+    /// Include archived tasks
+    #[arg(long)]
+    pub all: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct AddArgs {
+    /// What the task is about
+    pub content: String,
+    #[command(flatten)]
+    pub plan: PlanArg,
+    /// Priority (default: medium)
+    #[arg(long, value_parser = PRIORITIES)]
+    pub priority: Option<String>,
+    /// Kind: todo (default) or a phase kind such as generation
+    #[arg(long)]
+    pub kind: Option<String>,
+    /// Phase spec: a JSON object, or @FILE to read it from a file (@- for stdin)
+    #[arg(long, value_name = "JSON|@FILE")]
+    pub spec: Option<String>,
+    /// A task this one depends on (repeatable or comma-separated)
+    #[arg(long = "after", value_name = "TASK", value_delimiter = ',')]
+    pub after: Vec<String>,
+    /// Refuse (exit 4) unless the plan is at this revision
+    #[arg(long, value_name = "N")]
+    pub expected_revision: Option<i64>,
+    /// Reason recorded on the event
+    #[arg(long)]
+    pub reason: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct TransitionArgs {
+    /// Task id, e.g. t42
+    pub task: String,
+    /// Reason recorded on the event
+    #[arg(long)]
+    pub reason: Option<String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum DepCommand {
+    /// TASK comes to depend on DEPENDS_ON
+    Add(DepArgs),
+    /// TASK no longer depends on DEPENDS_ON
+    #[command(alias = "remove")]
+    Rm(DepArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct DepArgs {
+    /// The dependent task
+    pub task: String,
+    /// The task it depends on
+    pub depends_on: String,
+    /// Reason recorded on the event
+    #[arg(long)]
+    pub reason: Option<String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum PlanCommand {
+    /// Create a plan
+    Create {
+        /// Plan name: 1-128 letters, digits and `._:-`
+        name: String,
+        /// Human-readable title
+        #[arg(long)]
+        title: Option<String>,
+    },
+    /// List every plan with its counts
+    List,
+    /// Show one plan's summary (same as `status PLAN`)
+    Show {
+        name: String,
+        /// How many tasks to show in each of in progress / ready / blocked
+        #[arg(long, default_value_t = 5)]
+        limit: i32,
+    },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_definition_is_valid() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn list_accepts_comma_separated_statuses() {
+        let cli = Cli::try_parse_from([
+            "todoctl",
+            "list",
+            "-p",
+            "x",
+            "--status",
+            "pending,failed",
+            "-s",
+            "completed",
+        ])
+        .expect("parses");
+        match cli.command {
+            Command::List(a) => assert_eq!(a.statuses, ["pending", "failed", "completed"]),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    #[test]
+    fn unknown_status_is_a_usage_error() {
+        let err = Cli::try_parse_from(["todoctl", "list", "-p", "x", "--status", "done"])
+            .expect_err("rejects");
+        assert_eq!(err.exit_code(), 2);
+    }
+}

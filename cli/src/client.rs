@@ -1,0 +1,213 @@
+//! Connecting to todod over TCP (http/https) or a Unix socket, with the
+//! metadata every call carries (`x-todod-client`, optional bearer token).
+use std::path::PathBuf;
+use std::time::Duration;
+
+use hyper_util::rt::TokioIo;
+use todod::proto::todos_client::TodosClient;
+use tonic::metadata::{Ascii, MetadataValue};
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::{Channel, Endpoint, Uri};
+use tonic::{Request, Status};
+
+use crate::error::{root_cause, unreachable_message, CliError, Exit};
+
+/// The gRPC client every command uses.
+pub type Client = TodosClient<InterceptedService<Channel, Metadata>>;
+
+/// Adds the caller's metadata to every request.
+#[derive(Clone)]
+pub struct Metadata {
+    client: MetadataValue<Ascii>,
+    auth: Option<MetadataValue<Ascii>>,
+}
+
+impl std::fmt::Debug for Metadata {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metadata")
+            .field("client", &self.client)
+            .field("auth", &self.auth.as_ref().map(|_| "Bearer <redacted>"))
+            .finish()
+    }
+}
+
+impl tonic::service::Interceptor for Metadata {
+    fn call(&mut self, mut req: Request<()>) -> Result<Request<()>, Status> {
+        let md = req.metadata_mut();
+        md.insert("x-todod-client", self.client.clone());
+        if let Some(auth) = &self.auth {
+            md.insert("authorization", auth.clone());
+        }
+        Ok(req)
+    }
+}
+
+/// Where the daemon listens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    Http(String),
+    Unix(PathBuf),
+}
+
+/// Parses `--addr`: `unix:/path` (or `unix:///path`), `http://host:port`, or a
+/// bare `host:port` taken as http.
+pub fn parse_addr(addr: &str) -> Result<Target, CliError> {
+    let addr = addr.trim();
+    if let Some(rest) = addr.strip_prefix("unix:") {
+        let path = rest.strip_prefix("//").unwrap_or(rest);
+        if path.is_empty() {
+            return Err(CliError::usage(format!(
+                "--addr {addr:?}: missing socket path after `unix:`"
+            )));
+        }
+        return Ok(Target::Unix(PathBuf::from(path)));
+    }
+    if addr.is_empty() {
+        return Err(CliError::usage("--addr is empty"));
+    }
+    let url = if addr.contains("://") {
+        addr.to_string()
+    } else {
+        format!("http://{addr}")
+    };
+    if url.starts_with("https://") {
+        return Err(CliError::usage(format!(
+            "--addr {addr:?}: https is not supported by this build; use http://HOST:PORT or unix:/path/to/todod.sock"
+        )));
+    }
+    if !url.starts_with("http://") {
+        return Err(CliError::usage(format!(
+            "--addr {addr:?}: expected http://HOST:PORT or unix:/path/to/todod.sock"
+        )));
+    }
+    Ok(Target::Http(url))
+}
+
+/// How to reach the daemon; `connect` can be called again to reconnect.
+#[derive(Clone)]
+pub struct Connector {
+    addr: String,
+    target: Target,
+    metadata: Metadata,
+}
+
+impl Connector {
+    /// Validates the address and the metadata values; nothing is dialled yet.
+    pub fn new(addr: &str, token: Option<&str>, client_name: &str) -> Result<Self, CliError> {
+        let target = parse_addr(addr)?;
+        let printable = |s: &str| s.chars().all(|c| c == ' ' || c.is_ascii_graphic());
+        let client = Some(client_name)
+            .filter(|n| !n.trim().is_empty() && printable(n))
+            .and_then(|n| MetadataValue::try_from(n).ok())
+            .ok_or_else(|| {
+                CliError::usage(
+                    "--client-name must be non-empty printable ASCII (sent as request metadata)",
+                )
+            })?;
+        let auth = match token.map(str::trim).filter(|t| !t.is_empty()) {
+            Some(token) => {
+                let mut value = Some(token)
+                    .filter(|t| t.chars().all(|c| c.is_ascii_graphic()))
+                    .and_then(|t| MetadataValue::try_from(format!("Bearer {t}")).ok())
+                    .ok_or_else(|| {
+                        CliError::usage("--token must be printable ASCII without spaces (sent as request metadata)")
+                    })?;
+                value.set_sensitive(true);
+                Some(value)
+            }
+            None => None,
+        };
+        Ok(Connector {
+            addr: addr.to_string(),
+            target,
+            metadata: Metadata { client, auth },
+        })
+    }
+
+    /// Dials the daemon. A failure is reported as "cannot reach todod" (exit 5).
+    pub async fn connect(&self) -> Result<Client, CliError> {
+        let unreachable = |e: tonic::transport::Error| {
+            CliError::new(
+                Exit::Unreachable,
+                unreachable_message(&self.addr, &root_cause(&e)),
+            )
+        };
+        let channel = match &self.target {
+            Target::Http(url) => {
+                let endpoint = Endpoint::from_shared(url.clone()).map_err(|e| {
+                    CliError::usage(format!("--addr {:?}: {}", self.addr, root_cause(&e)))
+                })?;
+                tune(endpoint).connect().await.map_err(unreachable)?
+            }
+            Target::Unix(path) => {
+                let path = path.clone();
+                // The URI is required by the API but unused: the connector dials the socket.
+                let endpoint = Endpoint::from_static("http://todod.sock");
+                tune(endpoint)
+                    .connect_with_connector(tower::service_fn(move |_: Uri| {
+                        let path = path.clone();
+                        async move {
+                            let stream = tokio::net::UnixStream::connect(path).await?;
+                            Ok::<_, std::io::Error>(TokioIo::new(stream))
+                        }
+                    }))
+                    .await
+                    .map_err(unreachable)?
+            }
+        };
+        Ok(TodosClient::with_interceptor(
+            channel,
+            self.metadata.clone(),
+        ))
+    }
+}
+
+fn tune(endpoint: Endpoint) -> Endpoint {
+    endpoint
+        .connect_timeout(Duration::from_secs(5))
+        .tcp_nodelay(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_addresses() {
+        assert_eq!(
+            parse_addr("unix:/run/todod.sock").ok(),
+            Some(Target::Unix("/run/todod.sock".into()))
+        );
+        assert_eq!(
+            parse_addr("unix:///run/todod.sock").ok(),
+            Some(Target::Unix("/run/todod.sock".into()))
+        );
+        assert_eq!(
+            parse_addr("127.0.0.1:1").ok(),
+            Some(Target::Http("http://127.0.0.1:1".into()))
+        );
+        assert!(parse_addr("https://todo.example:443").is_err());
+        assert!(parse_addr("unix:").is_err());
+        assert!(parse_addr("ftp://x").is_err());
+    }
+
+    #[test]
+    fn rejects_non_ascii_token() {
+        assert!(Connector::new("http://127.0.0.1:1", Some("tok\u{e9}n"), "todoctl").is_err());
+        assert!(Connector::new("http://127.0.0.1:1", Some("token"), "todoctl").is_ok());
+    }
+
+    #[tokio::test]
+    async fn connection_refused_is_unreachable() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let sock = dir.path().join("none.sock");
+        let conn = Connector::new(&format!("unix:{}", sock.display()), None, "t").expect("valid");
+        let err = conn.connect().await.expect_err("fails");
+        assert_eq!(err.exit, Exit::Unreachable);
+        assert!(
+            err.message.starts_with("cannot reach todod at unix:"),
+            "{}",
+            err.message
+        );
+    }
+}

@@ -1,0 +1,83 @@
+//! One function per command. Local input (stdin, --spec) is checked before the
+//! daemon is dialled, so invalid input never reaches the server.
+mod plans;
+mod tasks;
+mod watch;
+mod write;
+
+use std::io::Write as _;
+
+use anyhow::Result;
+
+use crate::cli::{Cli, Command, DepCommand, PlanCommand};
+use crate::client::{Client, Connector};
+use crate::error::CliError;
+
+/// What every command needs: how to connect and how to print.
+pub struct Ctx {
+    pub connector: Connector,
+    pub json: bool,
+}
+
+impl Ctx {
+    pub async fn client(&self) -> Result<Client, CliError> {
+        self.connector.connect().await
+    }
+}
+
+/// Writes text to stdout; a closed pipe surfaces as an io error that `main` ignores.
+pub fn emit(text: &str) -> Result<()> {
+    let mut out = std::io::stdout().lock();
+    out.write_all(text.as_bytes())?;
+    if !text.ends_with('\n') {
+        out.write_all(b"\n")?;
+    }
+    out.flush()?;
+    Ok(())
+}
+
+/// Pretty JSON document on stdout.
+pub fn emit_json(value: &serde_json::Value) -> Result<()> {
+    emit(&serde_json::to_string_pretty(value)?)
+}
+
+pub async fn run(cli: Cli) -> Result<()> {
+    let g = &cli.global;
+    let connector = Connector::new(&g.addr, g.token.as_deref(), &g.client_name)?;
+    let ctx = Ctx {
+        connector,
+        json: g.json,
+    };
+    match cli.command {
+        Command::Status {
+            plan,
+            plan_flag,
+            limit,
+        } => plans::status(&ctx, plan.or(plan_flag), limit).await,
+        Command::List(args) => tasks::list(&ctx, args).await,
+        Command::Show { task } => tasks::show(&ctx, &task).await,
+        Command::Add(args) => tasks::add(&ctx, args).await,
+        Command::Start(a) => tasks::transition(&ctx, tasks::Verb::Start, a).await,
+        Command::Done(a) => tasks::transition(&ctx, tasks::Verb::Done, a).await,
+        Command::Cancel(a) => tasks::transition(&ctx, tasks::Verb::Cancel, a).await,
+        Command::Retry(a) => tasks::transition(&ctx, tasks::Verb::Retry, a).await,
+        Command::Reopen(a) => tasks::transition(&ctx, tasks::Verb::Reopen, a).await,
+        Command::Dep(DepCommand::Add(a)) => tasks::dependency(&ctx, true, a).await,
+        Command::Dep(DepCommand::Rm(a)) => tasks::dependency(&ctx, false, a).await,
+        Command::Graph { plan, dot, all } => tasks::graph(&ctx, &plan.plan, dot, all).await,
+        Command::Watch { plan, after } => watch::watch(&ctx, plan.unwrap_or_default(), after).await,
+        Command::Write {
+            plan,
+            expected_revision,
+            reason,
+        } => write::write(&ctx, &plan.plan, expected_revision, reason).await,
+        Command::Read { plan } => write::read(&ctx, &plan.plan).await,
+        Command::Plan(PlanCommand::Create { name, title }) => {
+            plans::create(&ctx, name, title).await
+        }
+        Command::Plan(PlanCommand::List) => plans::list(&ctx).await,
+        Command::Plan(PlanCommand::Show { name, limit }) => {
+            plans::status(&ctx, Some(name), limit).await
+        }
+    }
+}

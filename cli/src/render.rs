@@ -1,0 +1,547 @@
+//! Text output: task tables, plan summaries, task details, event lines and
+//! progress bars. Pure functions from proto messages to strings.
+use std::fmt::Write as _;
+
+use todod::proto::{Event, PlanSummary, Progress, Task, WriteTodosResponse};
+
+use crate::cli::STATUSES;
+
+/// Width of the `[#####-----]` bar.
+pub const BAR_WIDTH: usize = 10;
+
+/// `[x]` completed, `[~]` in progress, `[ ]` pending, `[!]` failed, `[-]` cancelled.
+pub fn marker(status: &str) -> &'static str {
+    match status {
+        "completed" => "[x]",
+        "in_progress" => "[~]",
+        "pending" => "[ ]",
+        "failed" => "[!]",
+        "cancelled" => "[-]",
+        _ => "[?]",
+    }
+}
+
+/// `[#####-----] 50% 500/1000`; `total` must be > 0.
+pub fn progress_bar(done: i64, total: i64, width: usize) -> String {
+    let total_w = i128::from(total.max(1));
+    let done_w = i128::from(done).clamp(0, total_w);
+    let filled = usize::try_from(done_w * width as i128 / total_w)
+        .unwrap_or(width)
+        .min(width);
+    let pct = done_w * 100 / total_w;
+    format!(
+        "[{}{}] {pct}% {done}/{total}",
+        "#".repeat(filled),
+        "-".repeat(width - filled)
+    )
+}
+
+/// The bar plus whatever else the worker reported; `None` when there is nothing.
+pub fn progress_text(p: &Progress) -> Option<String> {
+    let mut parts = Vec::new();
+    if p.total > 0 {
+        parts.push(progress_bar(p.done, p.total, BAR_WIDTH));
+    } else if p.done > 0 {
+        parts.push(format!("{} done", p.done));
+    }
+    if p.failed > 0 {
+        parts.push(format!("{} failed", p.failed));
+    }
+    if p.tokens > 0 {
+        parts.push(format!("{} tokens", p.tokens));
+    }
+    if p.rate_per_second > 0.0 {
+        parts.push(format!("{:.1}/s", p.rate_per_second));
+    }
+    if p.eta_seconds > 0 {
+        parts.push(format!("eta {}", duration(p.eta_seconds)));
+    }
+    if !p.message.trim().is_empty() {
+        parts.push(one_line(&p.message));
+    }
+    (!parts.is_empty()).then(|| parts.join(", "))
+}
+
+/// `45s`, `3m20s`, `2h05m`.
+pub fn duration(secs: i64) -> String {
+    match secs {
+        s if s < 60 => format!("{s}s"),
+        s if s < 3600 => format!("{}m{:02}s", s / 60, s % 60),
+        s => format!("{}h{:02}m", s / 3600, (s % 3600) / 60),
+    }
+}
+
+/// Newlines and other control characters become spaces, so one item stays one line.
+pub fn one_line(s: &str) -> String {
+    s.trim()
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect()
+}
+
+fn truncate(s: &str, max: usize) -> String {
+    let s = one_line(s);
+    if s.chars().count() <= max {
+        return s;
+    }
+    let mut out: String = s.chars().take(max.saturating_sub(3)).collect();
+    out.push_str("...");
+    out
+}
+
+/// The status, or for a pending task its readiness (`ready`, `blocked`, ...).
+pub fn state_label(t: &Task) -> &str {
+    if t.status == "pending" && !t.readiness.is_empty() {
+        &t.readiness
+    } else {
+        &t.status
+    }
+}
+
+/// Content with the kind in front for phase tasks and hints after it.
+fn task_text(t: &Task) -> String {
+    let mut s = String::new();
+    if !t.kind.is_empty() && t.kind != "todo" {
+        let _ = write!(s, "[{}] ", t.kind);
+    }
+    s.push_str(&one_line(&t.content));
+    if !t.blocked_by.is_empty() {
+        let _ = write!(s, "  (blocked by {})", t.blocked_by.join(", "));
+    } else if !t.depends_on.is_empty() {
+        let _ = write!(s, "  (after {})", t.depends_on.join(", "));
+    }
+    if t.status == "in_progress" {
+        if let Some(p) = t.progress.as_ref().and_then(progress_text) {
+            let _ = write!(s, "  {p}");
+        }
+    }
+    if !t.error.trim().is_empty() {
+        let _ = write!(s, "  error: {}", truncate(&t.error, 100));
+    }
+    if t.archived {
+        s.push_str("  (archived)");
+    }
+    s
+}
+
+/// One line per task: marker, id, priority, state, content.
+pub fn task_table(tasks: &[Task]) -> String {
+    if tasks.is_empty() {
+        return "no tasks\n".to_string();
+    }
+    let id_w = tasks.iter().map(|t| t.id.len()).max().unwrap_or(0);
+    let state_w = tasks
+        .iter()
+        .map(|t| state_label(t).len())
+        .max()
+        .unwrap_or(0);
+    let mut out = String::new();
+    for t in tasks {
+        let _ = writeln!(
+            out,
+            "{} {:id_w$}  {:6}  {:state_w$}  {}",
+            marker(&t.status),
+            t.id,
+            t.priority,
+            state_label(t),
+            task_text(t)
+        );
+    }
+    out
+}
+
+fn priority_tag(t: &Task) -> String {
+    match t.priority.as_str() {
+        "" | "medium" => String::new(),
+        p => format!("  ({p})"),
+    }
+}
+
+/// The `status` screen of one plan.
+pub fn plan_summary(s: &PlanSummary) -> String {
+    let mut out = String::new();
+    if let Some(p) = &s.plan {
+        let _ = write!(out, "plan {}", p.name);
+        if !p.title.trim().is_empty() {
+            let _ = write!(out, " \"{}\"", one_line(&p.title));
+        }
+        let _ = write!(out, "  revision {}", p.revision);
+        if !p.updated_at.is_empty() {
+            let _ = write!(out, ", updated {}", p.updated_at);
+        }
+        out.push('\n');
+    }
+    let mut counts: Vec<_> = s.counts.iter().filter(|c| c.count > 0).collect();
+    counts.sort_by_key(|c| {
+        STATUSES
+            .iter()
+            .position(|s| *s == c.status)
+            .unwrap_or(STATUSES.len())
+    });
+    let counts: Vec<String> = counts
+        .iter()
+        .map(|c| format!("{} {}", c.count, c.status))
+        .collect();
+    let noun = if s.total == 1 { "task" } else { "tasks" };
+    if counts.is_empty() {
+        let _ = writeln!(out, "  {} {noun}", s.total);
+    } else {
+        let _ = writeln!(out, "  {} {noun}: {}", s.total, counts.join(", "));
+    }
+    let _ = writeln!(
+        out,
+        "  {} ready, {} blocked, {} blocked by failure",
+        s.ready_count, s.blocked_count, s.blocked_by_failure_count
+    );
+    let in_progress = s
+        .counts
+        .iter()
+        .find(|c| c.status == "in_progress")
+        .map_or(0, |c| c.count);
+    if !s.in_progress.is_empty() {
+        out.push_str("  in progress:\n");
+        for t in &s.in_progress {
+            let _ = write!(
+                out,
+                "    {} {}  {}",
+                marker(&t.status),
+                t.id,
+                one_line(&t.content)
+            );
+            if let Some(p) = t.progress.as_ref().and_then(progress_text) {
+                let _ = write!(out, "  {p}");
+            }
+            out.push('\n');
+        }
+        more(&mut out, in_progress, s.in_progress.len());
+    }
+    if !s.ready.is_empty() {
+        out.push_str("  ready next:\n");
+        for t in &s.ready {
+            let _ = writeln!(
+                out,
+                "    {} {}  {}{}",
+                marker(&t.status),
+                t.id,
+                one_line(&t.content),
+                priority_tag(t)
+            );
+        }
+        more(&mut out, s.ready_count, s.ready.len());
+    }
+    if !s.blocked.is_empty() {
+        out.push_str("  blocked:\n");
+        for t in &s.blocked {
+            let _ = writeln!(out, "  {}", blocked_line(t));
+        }
+        more(
+            &mut out,
+            s.blocked_count + s.blocked_by_failure_count,
+            s.blocked.len(),
+        );
+    }
+    out
+}
+
+/// `  t7 blocked by t3, t4: Evaluate`, or `! t8 blocked by failure of t4: Report`.
+pub fn blocked_line(t: &Task) -> String {
+    let blockers = if t.blocked_by.is_empty() {
+        "?".to_string()
+    } else {
+        t.blocked_by.join(", ")
+    };
+    if t.readiness == "blocked_by_failure" {
+        format!(
+            "! {} blocked by failure of {}: {}",
+            t.id,
+            blockers,
+            one_line(&t.content)
+        )
+    } else {
+        format!(
+            "  {} blocked by {}: {}",
+            t.id,
+            blockers,
+            one_line(&t.content)
+        )
+    }
+}
+
+fn more(out: &mut String, count: i64, shown: usize) {
+    let rest = count - i64::try_from(shown).unwrap_or(i64::MAX);
+    if rest > 0 {
+        let _ = writeln!(out, "    ... and {rest} more");
+    }
+}
+
+/// Every field of a task, then its history.
+pub fn task_details(t: &Task, events: &[Event]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "{} {}  {}", marker(&t.status), t.id, t.content.trim());
+    let mut field = |name: &str, value: &str| {
+        if !value.trim().is_empty() {
+            let _ = writeln!(out, "  {name:<11} {value}");
+        }
+    };
+    field("plan", &t.plan);
+    let status = match (t.status.as_str(), t.readiness.as_str()) {
+        ("pending", r) if !r.is_empty() => format!("pending ({r})"),
+        (s, _) => s.to_string(),
+    };
+    field("status", &status);
+    field("priority", &t.priority);
+    field("kind", &t.kind);
+    field("position", &t.position.to_string());
+    field("depends on", &t.depends_on.join(", "));
+    field("blocked by", &t.blocked_by.join(", "));
+    if let Some(p) = t.progress.as_ref().and_then(progress_text) {
+        field("progress", &p);
+    }
+    field("error", &t.error);
+    field("revision", &t.revision.to_string());
+    field("archived", if t.archived { "yes" } else { "" });
+    field("created", &t.created_at);
+    field("updated", &t.updated_at);
+    field("started", &t.started_at);
+    field("finished", &t.finished_at);
+    json_block(&mut out, "spec", &t.spec_json);
+    json_block(&mut out, "result", &t.result_json);
+    if events.is_empty() {
+        out.push_str("history: none\n");
+    } else {
+        out.push_str("history:\n");
+        for e in events {
+            let _ = writeln!(out, "  {}", event_line(e, false));
+        }
+    }
+    out
+}
+
+/// A JSON string field pretty-printed and indented (as is if it is not JSON).
+fn json_block(out: &mut String, name: &str, raw: &str) {
+    if raw.trim().is_empty() {
+        return;
+    }
+    let pretty = serde_json::from_str::<serde_json::Value>(raw)
+        .ok()
+        .and_then(|v| serde_json::to_string_pretty(&v).ok())
+        .unwrap_or_else(|| raw.trim().to_string());
+    let _ = writeln!(out, "  {name}:");
+    for line in pretty.lines() {
+        let _ = writeln!(out, "    {line}");
+    }
+}
+
+/// `#42 2025-06-01T10:00:00Z agent-42 t3 status_changed pending -> in_progress by claude (reason: ...)`.
+pub fn event_line(e: &Event, with_plan: bool) -> String {
+    let mut s = format!("#{}", e.seq);
+    if !e.at.is_empty() {
+        let _ = write!(s, " {}", e.at);
+    }
+    if with_plan && !e.plan.is_empty() {
+        let _ = write!(s, " {}", e.plan);
+    }
+    let task = if e.task_id.is_empty() {
+        "-"
+    } else {
+        &e.task_id
+    };
+    let _ = write!(s, " {task} {}", e.r#type);
+    let change = if !e.from_status.is_empty() || !e.to_status.is_empty() {
+        format!("{} -> {}", e.from_status, e.to_status)
+    } else {
+        match (e.old_value.trim().is_empty(), e.new_value.trim().is_empty()) {
+            (false, false) => format!(
+                "{} -> {}",
+                truncate(&e.old_value, 60),
+                truncate(&e.new_value, 60)
+            ),
+            (true, false) => truncate(&e.new_value, 60),
+            (false, true) => truncate(&e.old_value, 60),
+            (true, true) => String::new(),
+        }
+    };
+    if !change.is_empty() {
+        let _ = write!(s, " {change}");
+    }
+    if !e.actor.is_empty() {
+        let _ = write!(s, " by {}", e.actor);
+    }
+    if !e.reason.trim().is_empty() {
+        let _ = write!(s, " (reason: {})", one_line(&e.reason));
+    }
+    s
+}
+
+/// The list after a write, then what the write created and archived.
+pub fn write_result(r: &WriteTodosResponse) -> String {
+    let mut out = task_table(&r.todos);
+    if let Some(p) = &r.plan {
+        let _ = write!(out, "plan {} at revision {}", p.name, p.revision);
+    }
+    if !r.created.is_empty() {
+        let _ = write!(out, "; created {}", r.created.join(", "));
+    }
+    if !r.archived.is_empty() {
+        let _ = write!(out, "; archived {}", r.archived.join(", "));
+    }
+    out.push('\n');
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use todod::proto::{Plan, StatusCount};
+
+    #[test]
+    fn progress_bar_renders() {
+        assert_eq!(progress_bar(500, 1000, 10), "[#####-----] 50% 500/1000");
+        assert_eq!(progress_bar(0, 7, 10), "[----------] 0% 0/7");
+        assert_eq!(progress_bar(7, 7, 10), "[##########] 100% 7/7");
+        assert_eq!(progress_bar(1, 3, 10), "[###-------] 33% 1/3");
+        // Out-of-range values are clamped in the bar, not hidden in the numbers.
+        assert_eq!(progress_bar(12, 10, 10), "[##########] 100% 12/10");
+        assert_eq!(progress_bar(-1, 10, 4), "[----] 0% -1/10");
+        assert_eq!(
+            progress_bar(i64::MAX, i64::MAX, 10),
+            format!("[##########] 100% {0}/{0}", i64::MAX)
+        );
+    }
+
+    #[test]
+    fn progress_text_adds_extras() {
+        let p = Progress {
+            done: 250,
+            total: 1000,
+            failed: 2,
+            rate_per_second: 12.34,
+            eta_seconds: 61,
+            message: "batch 3\n".into(),
+            ..Default::default()
+        };
+        assert_eq!(
+            progress_text(&p).as_deref(),
+            Some("[##--------] 25% 250/1000, 2 failed, 12.3/s, eta 1m01s, batch 3")
+        );
+        assert_eq!(progress_text(&Progress::default()), None);
+        assert_eq!(
+            progress_text(&Progress {
+                done: 5,
+                ..Default::default()
+            })
+            .as_deref(),
+            Some("5 done")
+        );
+        assert_eq!(duration(7300), "2h01m");
+    }
+
+    fn task(id: &str, status: &str, readiness: &str, blocked_by: &[&str]) -> Task {
+        Task {
+            id: id.into(),
+            content: format!("do {id}"),
+            status: status.into(),
+            readiness: readiness.into(),
+            priority: "medium".into(),
+            kind: "todo".into(),
+            blocked_by: blocked_by.iter().map(|s| s.to_string()).collect(),
+            depends_on: blocked_by.iter().map(|s| s.to_string()).collect(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn table_aligns_and_marks() {
+        let mut t2 = task("t2", "in_progress", "", &[]);
+        t2.progress = Some(Progress {
+            done: 5,
+            total: 10,
+            ..Default::default()
+        });
+        let out = task_table(&[
+            task("t1", "completed", "", &[]),
+            t2,
+            task("t10", "pending", "blocked", &["t2"]),
+        ]);
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines[0], "[x] t1   medium  completed    do t1");
+        assert_eq!(
+            lines[1],
+            "[~] t2   medium  in_progress  do t2  [#####-----] 50% 5/10"
+        );
+        assert_eq!(
+            lines[2],
+            "[ ] t10  medium  blocked      do t10  (blocked by t2)"
+        );
+    }
+
+    #[test]
+    fn summary_lists_blockers_and_marks_failure() {
+        let s = PlanSummary {
+            plan: Some(Plan {
+                name: "p".into(),
+                revision: 3,
+                updated_at: "2025-01-01T00:00:00Z".into(),
+                ..Default::default()
+            }),
+            counts: vec![
+                StatusCount {
+                    status: "failed".into(),
+                    count: 1,
+                },
+                StatusCount {
+                    status: "pending".into(),
+                    count: 3,
+                },
+                StatusCount {
+                    status: "completed".into(),
+                    count: 0,
+                },
+            ],
+            total: 4,
+            ready_count: 2,
+            blocked_count: 1,
+            blocked_by_failure_count: 1,
+            ready: vec![task("t1", "pending", "ready", &[])],
+            blocked: vec![
+                task("t7", "pending", "blocked", &["t3", "t4"]),
+                task("t8", "pending", "blocked_by_failure", &["t4"]),
+            ],
+            ..Default::default()
+        };
+        let out = plan_summary(&s);
+        assert!(out.contains("  4 tasks: 3 pending, 1 failed\n"), "{out}");
+        assert!(out.contains("    t7 blocked by t3, t4: do t7\n"), "{out}");
+        assert!(
+            out.contains("  ! t8 blocked by failure of t4: do t8\n"),
+            "{out}"
+        );
+        assert!(
+            out.contains("  ready next:\n    [ ] t1  do t1\n    ... and 1 more\n"),
+            "{out}"
+        );
+    }
+
+    #[test]
+    fn event_lines() {
+        let e = Event {
+            seq: 42,
+            plan: "p".into(),
+            task_id: "t3".into(),
+            r#type: "status_changed".into(),
+            from_status: "pending".into(),
+            to_status: "in_progress".into(),
+            actor: "claude".into(),
+            reason: "go".into(),
+            at: "2025-01-01T00:00:00Z".into(),
+            ..Default::default()
+        };
+        assert_eq!(event_line(&e, true), "#42 2025-01-01T00:00:00Z p t3 status_changed pending -> in_progress by claude (reason: go)");
+        let e = Event {
+            seq: 1,
+            r#type: "plan_created".into(),
+            ..Default::default()
+        };
+        assert_eq!(event_line(&e, false), "#1 - plan_created");
+    }
+}

@@ -1,0 +1,173 @@
+//! Bad input gets the right gRPC code, names what is wrong, and changes nothing.
+use todod_e2e::{item, proto, snapshot, write_request, Client, TestDaemon};
+use tonic::Code;
+
+enum Call {
+    Write(proto::WriteTodosRequest),
+    CreatePlan(proto::CreatePlanRequest),
+    CreateTask(proto::CreateTaskRequest),
+    Update(proto::UpdateTaskRequest),
+    Transition(proto::TransitionTaskRequest),
+    AddDep(proto::DependencyRequest),
+    RemoveDep(proto::DependencyRequest),
+    GetPlan(proto::GetPlanRequest),
+    GetTask(proto::GetTaskRequest),
+    ListTasks(proto::ListTasksRequest),
+    ListEvents(proto::ListEventsRequest),
+    Watch(proto::WatchPlanRequest),
+}
+
+async fn call(c: &mut Client, call: Call) -> Result<(), tonic::Status> {
+    match call {
+        Call::Write(r) => c.write_todos(r).await.map(drop),
+        Call::CreatePlan(r) => c.create_plan(r).await.map(drop),
+        Call::CreateTask(r) => c.create_task(r).await.map(drop),
+        Call::Update(r) => c.update_task(r).await.map(drop),
+        Call::Transition(r) => c.transition_task(r).await.map(drop),
+        Call::AddDep(r) => c.add_dependency(r).await.map(drop),
+        Call::RemoveDep(r) => c.remove_dependency(r).await.map(drop),
+        Call::GetPlan(r) => c.get_plan(r).await.map(drop),
+        Call::GetTask(r) => c.get_task(r).await.map(drop),
+        Call::ListTasks(r) => c.list_tasks(r).await.map(drop),
+        Call::ListEvents(r) => c.list_events(r).await.map(drop),
+        Call::Watch(r) => c.watch_plan(r).await.map(drop),
+    }
+}
+
+fn with_deps(mut it: proto::TodoItem, deps: &[&str]) -> proto::TodoItem {
+    it.depends_on = deps.iter().map(|d| d.to_string()).collect();
+    it
+}
+
+fn transition(id: &str, to: &str) -> Call {
+    Call::Transition(proto::TransitionTaskRequest {
+        id: id.into(),
+        to: to.into(),
+        ..Default::default()
+    })
+}
+
+fn dep(task: &str, on: &str) -> proto::DependencyRequest {
+    proto::DependencyRequest {
+        task_id: task.into(),
+        depends_on: on.into(),
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn bad_inputs_get_the_right_code_and_leave_the_store_unchanged() {
+    let daemon = TestDaemon::start().await;
+    let mut c = daemon.client().await;
+    // Plan p: t1 completed <- t2 in_progress; t3 pending. Plan q: t4.
+    let p = c
+        .write_todos(write_request(
+            "p",
+            vec![
+                item("", "a", "completed", "high"),
+                item("", "b", "in_progress", ""),
+                item("", "c", "", ""),
+            ],
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    c.add_dependency(dep("t2", "t1")).await.unwrap();
+    c.write_todos(write_request("q", vec![item("", "d", "", "")]))
+        .await
+        .unwrap();
+    let revision = c
+        .get_plan(proto::GetPlanRequest {
+            name: "p".into(),
+            highlight_limit: 0,
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .plan
+        .unwrap()
+        .revision;
+    assert!(revision > p.plan.unwrap().revision);
+    let full = || {
+        vec![
+            item("t1", "a", "", ""),
+            item("t2", "b", "", ""),
+            item("t3", "c", "", ""),
+        ]
+    };
+    let write = |todos: Vec<proto::TodoItem>| Call::Write(write_request("p", todos));
+
+    #[rustfmt::skip]
+    let cases: Vec<(&str, Call, Code, &str)> = vec![
+        ("empty content", write(vec![item("", "", "", "")]), Code::InvalidArgument, "todos[0].content"),
+        ("blank content", write(vec![item("", " \n\t", "", "")]), Code::InvalidArgument, "todos[0].content"),
+        ("content too long", write(vec![item("", &"x".repeat(5000), "", "")]), Code::InvalidArgument, "todos[0].content"),
+        ("NUL in content", write(vec![item("", "a\0b", "", "")]), Code::InvalidArgument, "todos[0].content"),
+        ("unknown status", write(vec![item("", "a", "done", "")]), Code::InvalidArgument, "todos[0].status"),
+        ("unknown priority", write(vec![item("", "a", "", "urgent")]), Code::InvalidArgument, "todos[0].priority"),
+        ("unknown id", write(vec![item("t999", "a", "", "")]), Code::NotFound, "t999"),
+        ("malformed id", write(vec![item("task-one", "a", "", "")]), Code::InvalidArgument, "todos[0].id"),
+        ("duplicate id", write(vec![item("t1", "a", "", ""), item("t1", "a", "", "")]), Code::InvalidArgument, "todos[1].id"),
+        ("self dependency", write(vec![item("t1", "a", "", ""), item("t2", "b", "", ""), with_deps(item("t3", "c", "", ""), &["t3"])]), Code::InvalidArgument, "depends_on"),
+        ("cycle in a list", write(vec![with_deps(item("t1", "a", "", ""), &["t3"]), item("t2", "b", "", ""), with_deps(item("t3", "c", "", ""), &["t2"])]), Code::FailedPrecondition, "cycle"),
+        ("cross-plan id", write(vec![item("t4", "d", "", "")]), Code::InvalidArgument, "plan \"q\""),
+        ("cross-plan dependency", write(vec![item("t1", "a", "", ""), item("t2", "b", "", ""), with_deps(item("t3", "c", "", ""), &["t4"])]), Code::InvalidArgument, "not a task of this plan"),
+        ("illegal transition", write(vec![item("t1", "a", "", ""), item("t2", "b", "", ""), item("t3", "c", "failed", "")]), Code::FailedPrecondition, "only a task in progress can fail"),
+        ("start with unfinished dependency", write(vec![item("t1", "a", "", ""), item("t2", "b", "", ""), with_deps(item("t3", "c", "in_progress", ""), &["t2"])]), Code::FailedPrecondition, "blocked by t2"),
+        ("reopen under a started dependent", write(vec![item("t1", "a", "pending", ""), item("t2", "b", "", ""), item("t3", "c", "", "")]), Code::FailedPrecondition, "dependents have started"),
+        ("stale revision", Call::Write(proto::WriteTodosRequest { expected_revision: revision - 1, ..write_request("p", full()) }), Code::Aborted, "revision"),
+        ("empty plan name", Call::Write(write_request("", full())), Code::InvalidArgument, "plan"),
+        ("plan name with a space", Call::Write(write_request("my plan", full())), Code::InvalidArgument, "plan"),
+        ("too many items", write((0..10_001).map(|i| item("", &i.to_string(), "", "")).collect()), Code::InvalidArgument, "todos"),
+        ("oversized message", write(vec![item("", &"x".repeat(5 * 1024 * 1024), "", "")]), Code::OutOfRange, ""),
+        ("negative revision", Call::Write(proto::WriteTodosRequest { expected_revision: -1, ..write_request("p", full()) }), Code::InvalidArgument, "expected_revision"),
+        ("plan exists", Call::CreatePlan(proto::CreatePlanRequest { name: "p".into(), title: String::new() }), Code::AlreadyExists, "plan p"),
+        ("phase without spec", Call::CreateTask(proto::CreateTaskRequest { plan: "p".into(), content: "gen".into(), kind: "generation".into(), ..Default::default() }), Code::InvalidArgument, "spec_json"),
+        ("spec not JSON", Call::CreateTask(proto::CreateTaskRequest { plan: "p".into(), content: "gen".into(), kind: "generation".into(), spec_json: "{prompts:".into(), ..Default::default() }), Code::InvalidArgument, "spec_json"),
+        ("spec not an object", Call::CreateTask(proto::CreateTaskRequest { plan: "p".into(), content: "gen".into(), kind: "tokenization".into(), spec_json: "[1, 2]".into(), ..Default::default() }), Code::InvalidArgument, "spec_json"),
+        ("unknown kind", Call::CreateTask(proto::CreateTaskRequest { plan: "p".into(), content: "x".into(), kind: "training".into(), ..Default::default() }), Code::InvalidArgument, "kind"),
+        ("task in unknown plan", Call::CreateTask(proto::CreateTaskRequest { plan: "nope".into(), content: "x".into(), ..Default::default() }), Code::NotFound, "plan nope"),
+        ("task with cross-plan dependency", Call::CreateTask(proto::CreateTaskRequest { plan: "p".into(), content: "x".into(), depends_on: vec!["t4".into()], ..Default::default() }), Code::InvalidArgument, "depends_on[0]"),
+        ("update to empty content", Call::Update(proto::UpdateTaskRequest { id: "t3".into(), content: Some("  ".into()), ..Default::default() }), Code::InvalidArgument, "content"),
+        ("update to unknown priority", Call::Update(proto::UpdateTaskRequest { id: "t3".into(), priority: Some("asap".into()), ..Default::default() }), Code::InvalidArgument, "priority"),
+        ("update unknown task", Call::Update(proto::UpdateTaskRequest { id: "t77".into(), content: Some("x".into()), ..Default::default() }), Code::NotFound, "t77"),
+        ("transition unknown task", transition("t99", "completed"), Code::NotFound, "t99"),
+        ("transition to unknown status", transition("t3", "finished"), Code::InvalidArgument, "to"),
+        ("transition without target", transition("t3", ""), Code::InvalidArgument, "to"),
+        ("cancel completed work", transition("t1", "cancelled"), Code::FailedPrecondition, "reopen it first"),
+        ("reopen under started dependent", transition("t1", "pending"), Code::FailedPrecondition, "t2 (in_progress)"),
+        ("complete a failed-free pending with deps", Call::Transition(proto::TransitionTaskRequest { id: "t3".into(), to: "completed".into(), expected_revision: revision + 3, ..Default::default() }), Code::Aborted, "revision"),
+        ("self edge", Call::AddDep(dep("t3", "t3")), Code::InvalidArgument, "itself"),
+        ("cross-plan edge", Call::AddDep(dep("t3", "t4")), Code::InvalidArgument, "plan"),
+        ("edge to missing task", Call::AddDep(dep("t3", "t404")), Code::NotFound, "t404"),
+        ("cycle edge", Call::AddDep(dep("t1", "t2")), Code::FailedPrecondition, "cycle"),
+        ("started task gains unfinished dependency", Call::AddDep(dep("t2", "t3")), Code::FailedPrecondition, "t3 (pending)"),
+        ("remove missing edge", Call::RemoveDep(dep("t3", "t1")), Code::NotFound, "t3 -> t1"),
+        ("unknown plan", Call::GetPlan(proto::GetPlanRequest { name: "ghost".into(), highlight_limit: 0 }), Code::NotFound, "ghost"),
+        ("malformed task id", Call::GetTask(proto::GetTaskRequest { id: "'; DROP TABLE tasks".into() }), Code::InvalidArgument, "id"),
+        ("bad page token", Call::ListTasks(proto::ListTasksRequest { plan: "p".into(), page_token: "zzz".into(), ..Default::default() }), Code::InvalidArgument, "page_token"),
+        ("unknown status filter", Call::ListTasks(proto::ListTasksRequest { plan: "p".into(), statuses: vec!["open".into()], ..Default::default() }), Code::InvalidArgument, "statuses[0]"),
+        ("negative cursor", Call::ListEvents(proto::ListEventsRequest { plan: "p".into(), after_seq: -5, ..Default::default() }), Code::InvalidArgument, "after_seq"),
+        ("watch unknown plan", Call::Watch(proto::WatchPlanRequest { plan: "ghost".into(), after_seq: 0 }), Code::NotFound, "ghost"),
+    ];
+    assert!(cases.len() >= 25);
+
+    let before = snapshot(&mut c).await;
+    for (name, request, code, needle) in cases {
+        let err = call(&mut c, request)
+            .await
+            .expect_err(&format!("{name}: should be refused"));
+        assert_eq!(err.code(), code, "{name}: {}", err.message());
+        assert!(
+            err.message().contains(needle),
+            "{name}: message {:?} should mention {needle:?}",
+            err.message()
+        );
+        assert!(
+            !err.message().to_lowercase().contains("sqlite"),
+            "{name}: leaks internals: {}",
+            err.message()
+        );
+        assert_eq!(snapshot(&mut c).await, before, "{name}: the store changed");
+    }
+}

@@ -1,0 +1,424 @@
+//! The gRPC API end to end, against the daemon started in-process.
+use futures::StreamExt;
+use todod_e2e::{item, proto, write_request, TestDaemon};
+use tonic::{Code, Request};
+
+fn transition(id: &str, to: &str) -> proto::TransitionTaskRequest {
+    proto::TransitionTaskRequest {
+        id: id.into(),
+        to: to.into(),
+        reason: "test".into(),
+        expected_revision: 0,
+    }
+}
+
+fn dep(task: &str, on: &str) -> proto::DependencyRequest {
+    proto::DependencyRequest {
+        task_id: task.into(),
+        depends_on: on.into(),
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn agent_write_round_trip_matches_by_content_and_archives_missing_items() {
+    let daemon = TestDaemon::start().await;
+    let mut c = daemon.client().await;
+
+    let mut req = Request::new(write_request(
+        "session-1",
+        vec![
+            item("", "Read the code", "in_progress", "high"),
+            item("", "Write the fix", "pending", "medium"),
+            item("", "Run the tests", "", ""),
+        ],
+    ));
+    req.metadata_mut()
+        .insert("x-todod-client", "opencode".parse().unwrap());
+    let first = c.write_todos(req).await.unwrap().into_inner();
+    assert_eq!(first.created.len(), 3);
+    assert_eq!(first.plan.as_ref().unwrap().revision, 1);
+    let ids: Vec<String> = first.todos.iter().map(|t| t.id.clone()).collect();
+    assert_eq!(first.todos[2].priority, "medium");
+    assert_eq!(first.todos[2].readiness, "ready");
+
+    // opencode sends no ids: the same content matches the same tasks.
+    let second = c
+        .write_todos(write_request(
+            "session-1",
+            vec![
+                item("", "Read the code", "completed", "high"),
+                item("", "Write the fix", "in_progress", "medium"),
+            ],
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(second.created.is_empty());
+    assert_eq!(second.archived, vec![ids[2].clone()]);
+    assert_eq!(second.todos.len(), 2);
+    assert_eq!(second.todos[0].id, ids[0]);
+    assert_eq!(second.todos[0].status, "completed");
+    assert_eq!(second.plan.as_ref().unwrap().revision, 2);
+
+    // The archived task keeps its history and is visible when asked for.
+    let archived = c
+        .get_task(proto::GetTaskRequest { id: ids[2].clone() })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(archived.archived);
+    let events = c
+        .list_events(proto::ListEventsRequest {
+            task_id: ids[0].clone(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .events;
+    let kinds: Vec<&str> = events.iter().map(|e| e.r#type.as_str()).collect();
+    assert_eq!(kinds, ["task_created", "status_changed", "status_changed"]);
+    assert_eq!(events[0].actor, "opencode");
+    assert_eq!(events[2].from_status, "in_progress");
+    assert_eq!(events[2].to_status, "completed");
+
+    // Writing the same list again changes nothing, not even the revision.
+    let again = c
+        .write_todos(write_request(
+            "session-1",
+            vec![
+                item(&ids[0], "Read the code", "completed", "high"),
+                item(&ids[1], "Write the fix", "in_progress", "medium"),
+            ],
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(again.plan.unwrap().revision, 2);
+
+    // Listing it again by id restores the archived task.
+    let restored = c
+        .write_todos(write_request(
+            "session-1",
+            vec![
+                item(&ids[0], "Read the code", "", ""),
+                item(&ids[1], "Write the fix", "", ""),
+                item(&ids[2], "Run the tests", "", ""),
+            ],
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(restored.todos.len(), 3);
+    let read = c
+        .read_todos(proto::ReadTodosRequest {
+            plan: "session-1".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(read.todos, restored.todos);
+    assert_eq!(read.plan, restored.plan);
+}
+
+#[tokio::test]
+async fn phase_tasks_are_never_archived_by_an_agent_list() {
+    let daemon = TestDaemon::start().await;
+    let mut c = daemon.client().await;
+    c.create_plan(proto::CreatePlanRequest {
+        name: "run".into(),
+        title: "100k completions".into(),
+    })
+    .await
+    .unwrap();
+    let phase = c
+        .create_task(proto::CreateTaskRequest {
+            plan: "run".into(),
+            content: "generate completions".into(),
+            kind: "generation".into(),
+            spec_json: r#"{"prompts": "p.jsonl", "output": "out.jsonl"}"#.into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        phase.spec_json,
+        r#"{"output":"out.jsonl","prompts":"p.jsonl"}"#
+    );
+    let written = c
+        .write_todos(write_request("run", vec![item("", "check output", "", "")]))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(written.archived.is_empty());
+    assert_eq!(written.todos.len(), 2);
+    assert!(written
+        .todos
+        .iter()
+        .any(|t| t.id == phase.id && !t.archived));
+}
+
+#[tokio::test]
+async fn dependencies_gate_starting_and_readiness_is_derived() {
+    let daemon = TestDaemon::start().await;
+    let mut c = daemon.client().await;
+    let w = c
+        .write_todos(write_request(
+            "p",
+            vec![
+                item("", "a", "", ""),
+                item("", "b", "", ""),
+                item("", "c", "", ""),
+            ],
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    let (a, b, cc) = (&w.todos[0].id, &w.todos[1].id, &w.todos[2].id);
+    c.add_dependency(dep(b, a)).await.unwrap();
+    let t = c.add_dependency(dep(cc, b)).await.unwrap().into_inner();
+    assert_eq!(t.readiness, "blocked");
+    assert_eq!(t.blocked_by, vec![b.clone()]);
+
+    let err = c
+        .transition_task(transition(b, "in_progress"))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::FailedPrecondition);
+    assert!(
+        err.message().contains(&format!("blocked by {a} (pending)")),
+        "{}",
+        err.message()
+    );
+
+    let err = c.add_dependency(dep(a, cc)).await.unwrap_err();
+    assert_eq!(err.code(), Code::FailedPrecondition);
+    assert!(err.message().contains("cycle"), "{}", err.message());
+
+    c.transition_task(transition(a, "in_progress"))
+        .await
+        .unwrap();
+    c.transition_task(transition(a, "failed")).await.unwrap();
+    let blocked = c
+        .list_tasks(proto::ListTasksRequest {
+            plan: "p".into(),
+            readiness: vec!["blocked_by_failure".into()],
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(blocked.tasks.len(), 1);
+    assert_eq!(&blocked.tasks[0].id, b);
+
+    // Retry, finish a, then b may start; a may not be reopened while b runs.
+    c.transition_task(transition(a, "pending")).await.unwrap();
+    c.transition_task(transition(a, "completed")).await.unwrap();
+    c.transition_task(transition(b, "in_progress"))
+        .await
+        .unwrap();
+    let err = c
+        .transition_task(transition(a, "pending"))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::FailedPrecondition);
+    assert!(
+        err.message().contains("dependents have started"),
+        "{}",
+        err.message()
+    );
+
+    let summary = c
+        .get_plan(proto::GetPlanRequest {
+            name: "p".into(),
+            highlight_limit: 0,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(summary.total, 3);
+    assert_eq!(summary.in_progress.len(), 1);
+    assert_eq!(summary.blocked_count, 1);
+    assert_eq!(summary.ready_count, 0);
+    assert_eq!(&summary.blocked[0].id, cc);
+
+    c.remove_dependency(dep(cc, b)).await.unwrap();
+    let t = c
+        .get_task(proto::GetTaskRequest { id: cc.clone() })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(t.readiness, "ready");
+}
+
+#[tokio::test]
+async fn list_tasks_pages_through_a_plan_in_order() {
+    let daemon = TestDaemon::start().await;
+    let mut c = daemon.client().await;
+    let todos = (0..250)
+        .map(|i| item("", &format!("task {i}"), "", ""))
+        .collect();
+    c.write_todos(write_request("big", todos)).await.unwrap();
+    let mut seen = Vec::new();
+    let mut token = String::new();
+    loop {
+        let page = c
+            .list_tasks(proto::ListTasksRequest {
+                plan: "big".into(),
+                page_size: 100,
+                page_token: token.clone(),
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        seen.extend(page.tasks.into_iter().map(|t| t.content));
+        token = page.next_page_token;
+        if token.is_empty() {
+            break;
+        }
+    }
+    let expected: Vec<String> = (0..250).map(|i| format!("task {i}")).collect();
+    assert_eq!(seen, expected);
+}
+
+#[tokio::test]
+async fn a_watcher_gets_history_then_live_events_and_resumes_from_its_cursor() {
+    let daemon = TestDaemon::start().await;
+    let mut c = daemon.client().await;
+    c.write_todos(write_request("w", vec![item("", "one", "", "")]))
+        .await
+        .unwrap();
+    let mut stream = c
+        .watch_plan(proto::WatchPlanRequest {
+            plan: "w".into(),
+            after_seq: 0,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let created = stream.next().await.unwrap().unwrap();
+    assert_eq!(created.r#type, "plan_created");
+    let task = stream.next().await.unwrap().unwrap();
+    assert_eq!(task.r#type, "task_created");
+
+    c.write_todos(write_request("w", vec![item("", "one", "in_progress", "")]))
+        .await
+        .unwrap();
+    let live = stream.next().await.unwrap().unwrap();
+    assert_eq!(live.r#type, "status_changed");
+    assert_eq!(live.to_status, "in_progress");
+    drop(stream);
+
+    // While nobody watches, more happens; a watcher resuming from its last seq
+    // gets exactly what it missed.
+    c.write_todos(write_request("w", vec![item("", "one", "completed", "")]))
+        .await
+        .unwrap();
+    let mut resumed = c
+        .watch_plan(proto::WatchPlanRequest {
+            plan: "w".into(),
+            after_seq: live.seq,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let missed = resumed.next().await.unwrap().unwrap();
+    assert_eq!(missed.seq, live.seq + 1);
+    assert_eq!(missed.to_status, "completed");
+}
+
+#[tokio::test]
+async fn stale_revisions_are_refused_and_current_ones_accepted() {
+    let daemon = TestDaemon::start().await;
+    let mut c = daemon.client().await;
+    let w = c
+        .write_todos(write_request("r", vec![item("", "x", "", "")]))
+        .await
+        .unwrap()
+        .into_inner();
+    let rev = w.plan.unwrap().revision;
+    let mut stale = write_request("r", vec![item("", "x", "in_progress", "")]);
+    stale.expected_revision = rev + 5;
+    let err = c.write_todos(stale).await.unwrap_err();
+    assert_eq!(err.code(), Code::Aborted);
+    let mut fresh = write_request("r", vec![item("", "x", "in_progress", "")]);
+    fresh.expected_revision = rev;
+    let ok = c.write_todos(fresh).await.unwrap().into_inner();
+    assert_eq!(ok.plan.unwrap().revision, rev + 1);
+}
+
+#[tokio::test]
+async fn everything_is_there_after_a_restart() {
+    let daemon = TestDaemon::start().await;
+    let mut c = daemon.client().await;
+    c.write_todos(write_request(
+        "keep",
+        vec![
+            item("", "a", "completed", "high"),
+            item("", "b", "in_progress", ""),
+        ],
+    ))
+    .await
+    .unwrap();
+    let before = todod_e2e::snapshot(&mut c).await;
+    drop(c);
+    let daemon = daemon.restart().await;
+    let mut c = daemon.client().await;
+    assert_eq!(todod_e2e::snapshot(&mut c).await, before);
+    // And it keeps working: ids are not reused.
+    let w = c
+        .write_todos(write_request("keep", vec![item("", "c", "", "")]))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(w.created, vec!["t3".to_string()]);
+}
+
+#[tokio::test]
+async fn health_and_reflection_answer_without_the_proto_file() {
+    use tonic_health_probe::*;
+    let daemon = TestDaemon::start().await;
+    assert_eq!(health_status(&daemon.url()).await, 1);
+}
+
+mod tonic_health_probe {
+    /// Calls grpc.health.v1.Health/Check with a hand-encoded empty request, so the
+    /// test depends on nothing generated from the daemon's own protos.
+    pub async fn health_status(url: &str) -> i32 {
+        use tonic::codegen::http::uri::PathAndQuery;
+        let channel = tonic::transport::Channel::from_shared(url.to_string())
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
+        let mut grpc = tonic::client::Grpc::new(channel);
+        grpc.ready().await.unwrap();
+        let codec = tonic::codec::ProstCodec::<Check, Reply>::default();
+        let reply = grpc
+            .unary(
+                tonic::Request::new(Check {
+                    service: String::new(),
+                }),
+                PathAndQuery::from_static("/grpc.health.v1.Health/Check"),
+                codec,
+            )
+            .await
+            .unwrap();
+        reply.into_inner().status
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct Check {
+        #[prost(string, tag = "1")]
+        pub service: String,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct Reply {
+        #[prost(int32, tag = "1")]
+        pub status: i32,
+    }
+}
