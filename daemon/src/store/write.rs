@@ -378,12 +378,15 @@ impl Store {
                 return Err(domain::Error::Archived { task }.into());
             }
         }
+        // The ancestry of the target is all a cycle check needs; it does not
+        // hold the task's own edges, so whether the edge exists is asked here.
         let mut graph = ancestry(&mut tx, depends_on).await?;
         graph.insert(id, head.status);
-        let changes = if graph.add_edge(id, depends_on)? {
-            vec![Change::DependencyAdded { id, depends_on }]
-        } else {
+        graph.check_edge(id, depends_on)?;
+        let changes = if edge_exists(&mut tx, id, depends_on).await? {
             vec![]
+        } else {
+            vec![Change::DependencyAdded { id, depends_on }]
         };
         self.finish_task_write(tx, id, head.plan_id, plan.revision, &changes, ctx)
             .await
@@ -400,13 +403,7 @@ impl Store {
         let plan = plan_of(&mut tx, head.plan_id).await?;
         check_revision(&plan, ctx)?;
         task_head(&mut tx, depends_on).await?;
-        let exists: Option<i64> =
-            sqlx::query_scalar("SELECT 1 FROM dependencies WHERE task_id = ? AND depends_on = ?")
-                .bind(id.0)
-                .bind(depends_on.0)
-                .fetch_optional(&mut *tx)
-                .await?;
-        if exists.is_none() {
+        if !edge_exists(&mut tx, id, depends_on).await? {
             return Err(domain::Error::NotFound {
                 what: "dependency",
                 id: format!("{id} -> {depends_on}"),
@@ -432,6 +429,20 @@ impl Store {
         self.commit(tx, &applied).await?;
         Ok(task)
     }
+}
+
+async fn edge_exists(
+    conn: &mut SqliteConnection,
+    id: TaskId,
+    depends_on: TaskId,
+) -> Result<bool, Error> {
+    let found: Option<i64> =
+        sqlx::query_scalar("SELECT 1 FROM dependencies WHERE task_id = ? AND depends_on = ?")
+            .bind(id.0)
+            .bind(depends_on.0)
+            .fetch_optional(&mut *conn)
+            .await?;
+    Ok(found.is_some())
 }
 
 fn cross_plan(field: &str, dep: TaskId, dep_plan: &str, plan: &str) -> Error {

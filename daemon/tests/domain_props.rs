@@ -1,0 +1,156 @@
+//! Property tests of the rules: whatever sequence of operations clients try, the
+//! graph stays acyclic and no started task stands on unfinished work.
+use std::collections::BTreeMap;
+
+use proptest::prelude::*;
+use todod::domain::todo_list::{reconcile, StoredTask, TodoItem};
+use todod::domain::{Change, Graph, Kind, Priority, Status, TaskId};
+
+#[derive(Debug, Clone)]
+enum Op {
+    Add,
+    Edge(usize, usize),
+    Unedge(usize, usize),
+    Move(usize, Status),
+    Remove(usize),
+}
+
+fn status() -> impl Strategy<Value = Status> {
+    prop::sample::select(Status::ALL.to_vec())
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        2 => Just(Op::Add),
+        3 => (0..12usize, 0..12usize).prop_map(|(a, b)| Op::Edge(a, b)),
+        1 => (0..12usize, 0..12usize).prop_map(|(a, b)| Op::Unedge(a, b)),
+        5 => (0..12usize, status()).prop_map(|(a, s)| Op::Move(a, s)),
+        1 => (0..12usize).prop_map(Op::Remove),
+    ]
+}
+
+fn assert_sound(g: &Graph) {
+    assert_eq!(g.find_cycle(), None, "cycle in {g:?}");
+    assert!(g.violations().is_empty(), "violations {:?}", g.violations());
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    #[test]
+    fn graph_operations_keep_the_invariants(ops in prop::collection::vec(op(), 1..80)) {
+        let mut g = Graph::new();
+        let mut ids: Vec<TaskId> = Vec::new();
+        for op in ops {
+            let pick = |i: usize| ids.get(i % ids.len().max(1)).copied();
+            let before = g.clone();
+            let result = match op {
+                Op::Add => {
+                    let id = TaskId(ids.len() as i64 + 1);
+                    ids.push(id);
+                    g.insert(id, Status::Pending);
+                    Ok(())
+                }
+                Op::Edge(a, b) => match (pick(a), pick(b)) {
+                    (Some(a), Some(b)) if g.contains(a) && g.contains(b) => g.add_edge(a, b).map(drop),
+                    _ => Ok(()),
+                },
+                Op::Unedge(a, b) => {
+                    if let (Some(a), Some(b)) = (pick(a), pick(b)) {
+                        g.remove_edge(a, b);
+                    }
+                    Ok(())
+                }
+                Op::Move(a, to) => match pick(a) {
+                    Some(a) if g.contains(a) => g.transition(a, to).map(drop),
+                    _ => Ok(()),
+                },
+                Op::Remove(a) => {
+                    if let Some(a) = pick(a) {
+                        g.remove(a);
+                    }
+                    Ok(())
+                }
+            };
+            if result.is_err() {
+                // A refused operation changes nothing.
+                prop_assert_eq!(format!("{g:?}"), format!("{before:?}"));
+            }
+            assert_sound(&g);
+        }
+    }
+
+    #[test]
+    fn list_writes_keep_the_invariants(
+        setup in prop::collection::vec(op(), 0..40),
+        items in prop::collection::vec(
+            (prop::option::of(0..12usize), 0..6usize, prop::option::of(status()),
+             prop::option::of(prop::collection::vec(0..12usize, 0..3))),
+            0..10),
+    ) {
+        // Build a sound stored plan from random operations.
+        let mut g = Graph::new();
+        let mut next = 1;
+        for op in setup {
+            let ids: Vec<TaskId> = g.ids().collect();
+            let pick = |i: usize| ids.get(i % ids.len().max(1)).copied();
+            match op {
+                Op::Add => { g.insert(TaskId(next), Status::Pending); next += 1; }
+                Op::Edge(a, b) => if let (Some(a), Some(b)) = (pick(a), pick(b)) { let _ = g.add_edge(a, b); },
+                Op::Move(a, s) => if let Some(a) = pick(a) { let _ = g.transition(a, s); },
+                _ => {}
+            }
+        }
+        let stored: Vec<StoredTask> = g.ids().map(|id| StoredTask {
+            id,
+            content: format!("task {}", id.0 % 4),
+            status: g.status(id).unwrap(),
+            priority: Priority::Medium,
+            kind: if id.0 % 5 == 0 { Kind::Generation } else { Kind::Todo },
+            position: id.0,
+            depends_on: g.dependencies(id).collect(),
+            archived: false,
+        }).collect();
+        let ids: Vec<TaskId> = g.ids().collect();
+        let items: Vec<TodoItem> = items.into_iter().map(|(id, content, status, deps)| TodoItem {
+            id: id.and_then(|i| ids.get(i % ids.len().max(1)).copied()),
+            content: format!("task {content}"),
+            status,
+            priority: None,
+            depends_on: deps.map(|d| d.into_iter().filter_map(|i| ids.get(i % ids.len().max(1)).copied()).collect::<Vec<_>>()).filter(|d| !d.is_empty()),
+        }).collect();
+
+        if let Ok(write) = reconcile(&stored, &items) {
+            // Apply the changes to a model: the result must be sound, every
+            // item's requested status must hold, and phase tasks stay live.
+            let mut model: BTreeMap<TaskId, (Status, bool)> =
+                stored.iter().map(|t| (t.id, (t.status, false))).collect();
+            let mut after = g.clone();
+            for change in &write.changes {
+                match change {
+                    Change::Created { id, .. } => { model.insert(*id, (Status::Pending, false)); after.insert(*id, Status::Pending); }
+                    Change::StatusChanged { id, from, to } => {
+                        prop_assert_eq!(model[id].0, *from);
+                        model.get_mut(id).unwrap().0 = *to;
+                        after.insert(*id, *to);
+                    }
+                    Change::DependencyAdded { id, depends_on } => after.insert_edge(*id, *depends_on),
+                    Change::DependencyRemoved { id, depends_on } => { after.remove_edge(*id, *depends_on); }
+                    Change::Archived { id } => {
+                        prop_assert!(!stored.iter().any(|t| t.id == *id && t.kind.is_phase()));
+                        model.get_mut(id).unwrap().1 = true;
+                        prop_assert_eq!(after.dependencies(*id).count() + after.dependents(*id).count(), 0);
+                        after.remove(*id);
+                    }
+                    _ => {}
+                }
+            }
+            assert_sound(&after);
+            for (item, id) in items.iter().zip(&write.resolved) {
+                if let Some(s) = item.status {
+                    prop_assert_eq!(model[id].0, s);
+                }
+            }
+        }
+    }
+}
