@@ -9,9 +9,12 @@ use todod::domain::todo_list::TodoItem;
 use todod::domain::{self, Graph, Kind, Priority, Readiness, Status, TaskId};
 use todod::store::{EventFilter, NewTask, Store, TaskFilter, TaskUpdate, WriteContext};
 
+/// An item of a list write: (task index, content number, status, dependency indexes).
+type ItemSpec = (Option<usize>, u8, Option<Status>, Option<Vec<usize>>);
+
 #[derive(Debug, Clone)]
 enum Op {
-    Write(Vec<(Option<usize>, u8, Option<Status>, Option<Vec<usize>>)>),
+    Write(Vec<ItemSpec>),
     Create(u8, Vec<usize>),
     Move(usize, Status),
     Edge(usize, usize),
