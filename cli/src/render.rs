@@ -347,19 +347,28 @@ pub fn event_line(e: &Event, with_plan: bool) -> String {
         &e.task_id
     };
     let _ = write!(s, " {task} {}", e.r#type);
-    let change = if !e.from_status.is_empty() || !e.to_status.is_empty() {
-        format!("{} -> {}", e.from_status, e.to_status)
-    } else {
-        match (e.old_value.trim().is_empty(), e.new_value.trim().is_empty()) {
-            (false, false) => format!(
-                "{} -> {}",
-                truncate(&e.old_value, 60),
-                truncate(&e.new_value, 60)
-            ),
-            (true, false) => truncate(&e.new_value, 60),
-            (false, true) => truncate(&e.old_value, 60),
-            (true, true) => String::new(),
-        }
+    let value = match (e.old_value.trim().is_empty(), e.new_value.trim().is_empty()) {
+        (false, false) => format!(
+            "{} -> {}",
+            truncate(&e.old_value, 60),
+            truncate(&e.new_value, 60)
+        ),
+        (true, false) => truncate(&e.new_value, 60),
+        (false, true) => truncate(&e.old_value, 60),
+        (true, true) => String::new(),
+    };
+    // A status change shows `from -> to`; an event with only one side of it
+    // (task_created: `to` is the initial status) shows that side, after the value.
+    let status = match (e.from_status.is_empty(), e.to_status.is_empty()) {
+        (false, false) => format!("{} -> {}", e.from_status, e.to_status),
+        (true, false) => e.to_status.clone(),
+        (false, true) => e.from_status.clone(),
+        (true, true) => String::new(),
+    };
+    let change = match (value.is_empty(), status.is_empty()) {
+        (_, true) => value,
+        (true, false) => status,
+        (false, false) => format!("{value} ({status})"),
     };
     if !change.is_empty() {
         let _ = write!(s, " {change}");
@@ -543,5 +552,19 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(event_line(&e, false), "#1 - plan_created");
+        // task_created carries the content and the initial status only.
+        let e = Event {
+            seq: 3,
+            task_id: "t1".into(),
+            r#type: "task_created".into(),
+            to_status: "pending".into(),
+            new_value: "Write the fix".into(),
+            actor: "todoctl".into(),
+            ..Default::default()
+        };
+        assert_eq!(
+            event_line(&e, false),
+            "#3 t1 task_created Write the fix (pending) by todoctl"
+        );
     }
 }

@@ -265,6 +265,11 @@ pub async fn dependency(ctx: &Ctx, add: bool, args: DepArgs) -> Result<()> {
 }
 
 pub async fn graph(ctx: &Ctx, plan: &str, dot: bool, all: bool) -> Result<()> {
+    // clap's `conflicts_with` only sees `--json` when it follows the subcommand;
+    // `todoctl --json graph --dot` must be refused as well.
+    if dot && ctx.json {
+        return Err(CliError::usage("graph: --dot and --json cannot be used together").into());
+    }
     let mut client = ctx.client().await?;
     let req = ListTasksRequest {
         plan: plan.to_string(),
@@ -316,6 +321,19 @@ mod tests {
             .message
             .starts_with("--spec @/nonexistent/spec.json: cannot read the file"));
         assert_eq!(e.exit, Exit::Usage);
+    }
+
+    #[tokio::test]
+    async fn graph_refuses_dot_with_json_before_dialling() {
+        let ctx = Ctx {
+            connector: crate::client::Connector::new("http://127.0.0.1:1", None, "t")
+                .expect("valid"),
+            json: true,
+        };
+        let err = graph(&ctx, "p", true, false).await.expect_err("refused");
+        let err = err.downcast_ref::<CliError>().expect("a CliError");
+        assert_eq!(err.exit, Exit::Usage);
+        assert!(err.message.contains("--dot and --json"), "{}", err.message);
     }
 
     #[test]

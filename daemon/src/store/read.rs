@@ -4,7 +4,7 @@ use std::collections::HashMap;
 
 use sqlx::{Row, SqliteConnection};
 
-use super::views::{EVENT_COLUMNS, TASK_COLUMNS};
+use super::views::{TaskRow, EVENT_COLUMNS};
 use super::{Error, EventView, PlanSummary, PlanView, Store, TaskPage, TaskView};
 use crate::domain::{self, Kind, Readiness, Status, TaskId};
 
@@ -89,46 +89,19 @@ pub(super) async fn require_plan(
         .ok_or_else(|| domain::Error::plan_not_found(name).into())
 }
 
-/// Fills `depends_on`, `readiness` and `blocked_by` of `tasks` in two queries.
-pub(super) async fn fill_dependencies(
-    conn: &mut SqliteConnection,
-    tasks: &mut [TaskView],
-) -> Result<(), Error> {
-    if tasks.is_empty() {
-        return Ok(());
-    }
-    let ids: Vec<i64> = tasks.iter().map(|t| t.id.0).collect();
-    let rows = sqlx::query(
-        "SELECT d.task_id, d.depends_on, u.status FROM dependencies d \
-         JOIN tasks u ON u.id = d.depends_on \
-         WHERE d.task_id IN (SELECT value FROM json_each(?)) ORDER BY d.task_id, d.depends_on",
-    )
-    .bind(serde_json::Value::from(ids).to_string())
-    .fetch_all(&mut *conn)
-    .await?;
-    let mut deps: HashMap<i64, Vec<(TaskId, Status)>> = HashMap::new();
-    for row in rows {
-        let status: &str = row.try_get(2)?;
-        let status = status
-            .parse()
-            .map_err(|_| Error::Corrupt(format!("unknown status {status:?}")))?;
-        deps.entry(row.try_get(0)?)
-            .or_default()
-            .push((TaskId(row.try_get(1)?), status));
-    }
-    for task in tasks.iter_mut() {
-        let mine = deps.remove(&task.id.0).unwrap_or_default();
-        task.depends_on = mine.iter().map(|(id, _)| *id).collect();
-        if let Some((readiness, blockers)) = domain::readiness(task.status, mine) {
-            task.readiness = Some(readiness);
-            task.blocked_by = blockers;
-        }
-    }
-    Ok(())
-}
+/// One JSON array per task (see `TaskRow`), dependencies and their statuses
+/// included. sqlx hands SQLite rows over one at a time through a channel, about
+/// a microsecond or two each; building one JSON document in SQLite and decoding
+/// it with serde lists a 100,000-task plan several times faster.
+const TASK_JSON: &str = "json_array(t.id, p.name, t.status, t.priority, t.content, t.kind, \
+     t.position, t.spec, t.progress, t.result, t.error, t.revision, t.archived_at, \
+     t.created_at, t.updated_at, t.started_at, t.finished_at, \
+     json((SELECT json_group_array(json_array(d.depends_on, u.status) ORDER BY d.depends_on) \
+           FROM dependencies d JOIN tasks u ON u.id = d.depends_on WHERE d.task_id = t.id)))";
 
 const LIST_ORDER: &str = "t.position, t.id";
 
+/// Tasks matching `condition` (over `tasks t` and `plans p`), in `order`.
 async fn tasks_where(
     conn: &mut SqliteConnection,
     condition: &str,
@@ -137,34 +110,27 @@ async fn tasks_where(
     limit: i64,
 ) -> Result<Vec<TaskView>, Error> {
     let sql = format!(
-        "SELECT {TASK_COLUMNS} FROM tasks t JOIN plans p ON p.id = t.plan_id \
-         WHERE {condition} ORDER BY {order} LIMIT {limit}"
+        "SELECT json_group_array(json(task) ORDER BY n) FROM ( \
+         SELECT {TASK_JSON} AS task, row_number() OVER (ORDER BY {order}) AS n \
+         FROM tasks t JOIN plans p ON p.id = t.plan_id \
+         WHERE {condition} ORDER BY {order} LIMIT {limit})"
     );
-    let mut query = sqlx::query(&sql);
+    let mut query = sqlx::query_scalar::<_, String>(&sql);
     for bind in binds {
         query = query.bind(*bind);
     }
-    let rows = query.fetch_all(&mut *conn).await?;
-    let mut tasks = rows
-        .iter()
-        .map(TaskView::from_row)
-        .collect::<Result<Vec<_>, _>>()?;
-    fill_dependencies(conn, &mut tasks).await?;
-    Ok(tasks)
+    let json = query.fetch_one(&mut *conn).await?;
+    let rows: Vec<TaskRow> = serde_json::from_str(&json)
+        .map_err(|e| Error::Corrupt(format!("task listing did not decode: {e}")))?;
+    rows.into_iter().map(TaskRow::into_view).collect()
 }
 
 pub(super) async fn task_by_id(conn: &mut SqliteConnection, id: TaskId) -> Result<TaskView, Error> {
-    let sql = format!(
-        "SELECT {TASK_COLUMNS} FROM tasks t JOIN plans p ON p.id = t.plan_id WHERE t.id = ?"
-    );
-    let row = sqlx::query(&sql)
-        .bind(id.0)
-        .fetch_optional(&mut *conn)
+    let id_text = id.0.to_string();
+    tasks_where(conn, "t.id = ?", LIST_ORDER, &[&id_text], 1)
         .await?
-        .ok_or_else(|| domain::Error::task_not_found(id))?;
-    let mut tasks = vec![TaskView::from_row(&row)?];
-    fill_dependencies(conn, &mut tasks).await?;
-    Ok(tasks.remove(0))
+        .pop()
+        .ok_or_else(|| domain::Error::task_not_found(id).into())
 }
 
 /// Live tasks of a plan in list order: the list as an agent sees it.

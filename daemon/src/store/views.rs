@@ -52,43 +52,68 @@ pub struct TaskView {
     pub finished_at: Option<i64>,
 }
 
-/// Columns every task query selects, in the order `TaskView::from_row` reads.
-pub(super) const TASK_COLUMNS: &str = "t.id, p.name AS plan, t.content, t.status, t.priority, \
-     t.kind, t.position, t.spec, t.progress, t.result, t.error, t.revision, t.archived_at, \
-     t.created_at, t.updated_at, t.started_at, t.finished_at";
+/// A task as `read::TASK_JSON` encodes it: one JSON array per task, with its
+/// dependencies and their statuses, in this order.
+#[derive(serde::Deserialize)]
+pub(super) struct TaskRow(
+    i64,
+    String,
+    String,
+    String,
+    String,
+    String,
+    i64,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+    i64,
+    Option<i64>,
+    i64,
+    i64,
+    Option<i64>,
+    Option<i64>,
+    Vec<(i64, String)>,
+);
 
-impl TaskView {
-    /// Decodes a row of `TASK_COLUMNS`; dependencies and readiness are filled later.
-    pub(super) fn from_row(row: &SqliteRow) -> Result<TaskView, Error> {
+impl TaskRow {
+    pub(super) fn into_view(self) -> Result<TaskView, Error> {
+        let parse = |what: &str, text: &str| Error::Corrupt(format!("unknown {what} {text:?}"));
+        let status: Status = self.2.parse().map_err(|_| parse("status", &self.2))?;
+        let mut deps = Vec::with_capacity(self.17.len());
+        for (id, dep_status) in self.17 {
+            let dep_status: Status = dep_status
+                .parse()
+                .map_err(|_| parse("status", &dep_status))?;
+            deps.push((TaskId(id), dep_status));
+        }
+        let (readiness, blocked_by) = match crate::domain::readiness(status, deps.iter().copied()) {
+            Some((readiness, blockers)) => (Some(readiness), blockers),
+            None => (None, Vec::new()),
+        };
         Ok(TaskView {
-            id: TaskId(row.try_get(0)?),
-            plan: row.try_get(1)?,
-            content: row.try_get(2)?,
-            status: decode(row, 3, "status")?,
-            priority: decode(row, 4, "priority")?,
-            kind: decode(row, 5, "kind")?,
-            position: row.try_get(6)?,
-            depends_on: Vec::new(),
-            readiness: None,
-            blocked_by: Vec::new(),
-            spec: row.try_get(7)?,
-            progress: row.try_get(8)?,
-            result: row.try_get(9)?,
-            error: row.try_get(10)?,
-            revision: row.try_get(11)?,
-            archived: row.try_get::<Option<i64>, _>(12)?.is_some(),
-            created_at: row.try_get(13)?,
-            updated_at: row.try_get(14)?,
-            started_at: row.try_get(15)?,
-            finished_at: row.try_get(16)?,
+            id: TaskId(self.0),
+            plan: self.1,
+            content: self.4,
+            status,
+            priority: self.3.parse().map_err(|_| parse("priority", &self.3))?,
+            kind: self.5.parse().map_err(|_| parse("kind", &self.5))?,
+            position: self.6,
+            depends_on: deps.into_iter().map(|(id, _)| id).collect(),
+            readiness,
+            blocked_by,
+            spec: self.7,
+            progress: self.8,
+            result: self.9,
+            error: self.10,
+            revision: self.11,
+            archived: self.12.is_some(),
+            created_at: self.13,
+            updated_at: self.14,
+            started_at: self.15,
+            finished_at: self.16,
         })
     }
-}
-
-fn decode<T: std::str::FromStr>(row: &SqliteRow, index: usize, what: &str) -> Result<T, Error> {
-    let text: &str = row.try_get(index)?;
-    text.parse()
-        .map_err(|_| Error::Corrupt(format!("unknown {what} {text:?} in the database")))
 }
 
 #[derive(Debug, Clone, PartialEq)]
