@@ -24,6 +24,9 @@ CREATE TABLE tasks (
     result       TEXT,
     error        TEXT,
     revision     INTEGER NOT NULL DEFAULT 1,
+    -- Kept by the triggers below; lets listings skip the dependency lookup for
+    -- the many tasks that have none.
+    dependency_count INTEGER NOT NULL DEFAULT 0,
     archived_at  INTEGER,
     created_at   INTEGER NOT NULL,
     updated_at   INTEGER NOT NULL,
@@ -43,6 +46,16 @@ CREATE TABLE dependencies (
 ) WITHOUT ROWID;
 
 CREATE INDEX dependencies_by_target ON dependencies (depends_on, task_id);
+
+CREATE TRIGGER dependency_count_up AFTER INSERT ON dependencies
+BEGIN
+    UPDATE tasks SET dependency_count = dependency_count + 1 WHERE id = NEW.task_id;
+END;
+
+CREATE TRIGGER dependency_count_down AFTER DELETE ON dependencies
+BEGIN
+    UPDATE tasks SET dependency_count = dependency_count - 1 WHERE id = OLD.task_id;
+END;
 
 CREATE TABLE events (
     seq            INTEGER PRIMARY KEY AUTOINCREMENT,

@@ -170,6 +170,30 @@ async fn main() {
         writes.push(start.elapsed());
     }
     let write_p50 = percentile(&mut writes, 0.5);
+
+    // The same writes at the store, without gRPC, to show where time goes.
+    let ctx = todod::store::WriteContext::default();
+    let mut store_writes = Vec::with_capacity(WRITE_SAMPLES);
+    for n in 0..WRITE_SAMPLES {
+        let items: Vec<todod::domain::todo_list::TodoItem> = (0..4)
+            .map(|i| todod::domain::todo_list::TodoItem {
+                id: Some(todod::domain::TaskId::parse("id", &ids[i]).unwrap()),
+                content: format!("step {i}"),
+                status: Some(if i == n % 4 {
+                    todod::domain::Status::InProgress
+                } else {
+                    todod::domain::Status::Pending
+                }),
+                priority: None,
+                depends_on: None,
+            })
+            .collect();
+        let start = Instant::now();
+        store.write_todos("agent", &items, &ctx).await.unwrap();
+        store_writes.push(start.elapsed());
+    }
+    let store_write_p50 = percentile(&mut store_writes, 0.5);
+    let store_write_p99 = percentile(&mut store_writes, 0.99);
     let write_p99 = percentile(&mut writes, 0.99);
 
     // ReadTodos throughput from several concurrent clients.
@@ -198,8 +222,10 @@ async fn main() {
 
     // The 100k-task plan: every task, paged; and the status summary.
     let mut list_times = Vec::new();
+    let mut full_times = Vec::new();
     let mut summary_times = Vec::new();
-    for _ in 0..5 {
+    for round in 0..10 {
+        let view = if round % 2 == 0 { "basic" } else { "full" };
         let start = Instant::now();
         let mut token = String::new();
         let mut seen = 0;
@@ -209,6 +235,7 @@ async fn main() {
                     plan: "big".into(),
                     page_size: 10_000,
                     page_token: token,
+                    view: view.into(),
                     ..Default::default()
                 })
                 .await
@@ -221,7 +248,11 @@ async fn main() {
             }
         }
         assert_eq!(seen, BIG_PLAN);
-        list_times.push(start.elapsed());
+        if view == "basic" {
+            list_times.push(start.elapsed());
+        } else {
+            full_times.push(start.elapsed());
+        }
 
         let start = Instant::now();
         c.list_plans(proto::ListPlansRequest { highlight_limit: 5 })
@@ -230,6 +261,41 @@ async fn main() {
         summary_times.push(start.elapsed());
     }
     let list_median = percentile(&mut list_times, 0.5);
+    let full_median = percentile(&mut full_times, 0.5);
+
+    // The same listing at the store, without gRPC, to show where time goes.
+    let mut store_times = Vec::new();
+    let mut convert_times = Vec::new();
+    for _ in 0..5 {
+        let start = Instant::now();
+        let mut token = None;
+        let mut converting = Duration::ZERO;
+        loop {
+            let filter = todod::store::TaskFilter {
+                plan: "big".into(),
+                page_size: 10_000,
+                page_token: token,
+                detail: todod::store::Detail::Basic,
+                ..Default::default()
+            };
+            let page = store.list_tasks(&filter).await.unwrap();
+            let convert_start = Instant::now();
+            let tasks = todod::api::convert::tasks(page.tasks);
+            std::hint::black_box(prost::Message::encoded_len(&proto::ListTasksResponse {
+                tasks,
+                ..Default::default()
+            }));
+            converting += convert_start.elapsed();
+            token = page.next_page_token;
+            if token.is_none() {
+                break;
+            }
+        }
+        store_times.push(start.elapsed() - converting);
+        convert_times.push(converting);
+    }
+    let store_median = percentile(&mut store_times, 0.5);
+    let convert_median = percentile(&mut convert_times, 0.5);
     let summary_median = percentile(&mut summary_times, 0.5);
 
     let _ = stop.send(());
@@ -263,15 +329,40 @@ async fn main() {
     .unwrap();
     writeln!(
         out,
+        "| WriteTodos at the store alone (no gRPC), p50 / p99 | {} / {} | - | - |",
+        ms(store_write_p50),
+        ms(store_write_p99)
+    )
+    .unwrap();
+    writeln!(
+        out,
         "| ReadTodos, {READERS} clients | {reads_per_s:.0} /s | >= 5,000 /s | {} |",
         verdict(reads_per_s >= 5000.0)
     )
     .unwrap();
     writeln!(
         out,
-        "| ListTasks, all 100,000 tasks (pages of 10,000), median of 5 | {} | < 200 ms | {} |",
+        "| ListTasks view=basic, all 100,000 tasks (pages of 10,000), median of 5 | {} | < 200 ms | {} |",
         ms(list_median),
         verdict(list_median < Duration::from_millis(200))
+    )
+    .unwrap();
+    writeln!(
+        out,
+        "| ListTasks view=full (every field), same plan, median of 5 | {} | - | - |",
+        ms(full_median)
+    )
+    .unwrap();
+    writeln!(
+        out,
+        "| basic view: the store alone (SQLite + decode), median | {} | - | - |",
+        ms(store_median)
+    )
+    .unwrap();
+    writeln!(
+        out,
+        "| basic view: conversion to protobuf and sizing, median | {} | - | - |",
+        ms(convert_median)
     )
     .unwrap();
     writeln!(out, "| ListPlans with highlights (what `todoctl status` calls), 100k plan, median | {} | instant | - |", ms(summary_median)).unwrap();

@@ -12,7 +12,7 @@ use crate::client::Client;
 use crate::error::{CliError, Exit};
 use crate::{graph as graph_render, json, render, todo_input};
 
-const PAGE_SIZE: i32 = 1000;
+const PAGE_SIZE: i32 = 10_000;
 
 /// Every task of a plan matching the filter, following `next_page_token`.
 /// Returns the tasks and the plan revision reported with the last page.
@@ -50,6 +50,8 @@ pub async fn list(ctx: &Ctx, args: ListArgs) -> Result<()> {
         kinds: args.kinds,
         readiness,
         include_archived: args.all,
+        // The table shows no timestamps or specs; scripts (--json) get everything.
+        view: if ctx.json { "full" } else { "basic" }.to_string(),
         ..Default::default()
     };
     let mut client = ctx.client().await?;
@@ -274,6 +276,7 @@ pub async fn graph(ctx: &Ctx, plan: &str, dot: bool, all: bool) -> Result<()> {
     let req = ListTasksRequest {
         plan: plan.to_string(),
         include_archived: all,
+        view: "basic".to_string(),
         ..Default::default()
     };
     let (tasks, revision) = fetch_tasks(&mut client, req).await?;

@@ -6,7 +6,7 @@ use crate::domain::model::{validate_content, validate_plan_name};
 use crate::domain::todo_list::TodoItem;
 use crate::domain::{Error, Kind, Priority, Readiness, Status, TaskId};
 use crate::proto;
-use crate::store::{EventView, PlanSummary, PlanView, TaskView};
+use crate::store::{Detail, EventView, PlanSummary, PlanView, TaskView};
 
 /// Most items one `WriteTodos` may carry.
 pub const MAX_TODO_ITEMS: usize = 10_000;
@@ -86,6 +86,18 @@ pub fn readiness(field: &str, texts: &[String]) -> Result<Vec<Readiness>, Error>
         .enumerate()
         .map(|(i, t)| Readiness::parse(&format!("{field}[{i}]"), t))
         .collect()
+}
+
+/// "" or "full" for every field; "basic" for what a list shows.
+pub fn detail(field: &str, text: &str) -> Result<Detail, Error> {
+    match text {
+        "" | "full" => Ok(Detail::Full),
+        "basic" => Ok(Detail::Basic),
+        other => Err(Error::invalid(
+            field,
+            format!("unknown view {other:?}; expected full or basic"),
+        )),
+    }
 }
 
 pub fn todo_items(items: &[proto::TodoItem]) -> Result<Vec<TodoItem>, Error> {
@@ -171,8 +183,8 @@ pub fn task(view: TaskView) -> proto::Task {
         error: view.error.unwrap_or_default(),
         revision: view.revision,
         archived: view.archived,
-        created_at: time(view.created_at),
-        updated_at: time(view.updated_at),
+        created_at: optional_time(view.created_at),
+        updated_at: optional_time(view.updated_at),
         started_at: optional_time(view.started_at),
         finished_at: optional_time(view.finished_at),
     }

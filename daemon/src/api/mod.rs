@@ -200,6 +200,7 @@ impl Todos for TodoService {
             kinds: convert::kinds("kinds", &req.kinds)?,
             readiness: convert::readiness("readiness", &req.readiness)?,
             include_archived: req.include_archived,
+            detail: convert::detail("view", &req.view)?,
             page_size: page_size("page_size", req.page_size)?,
             page_token: Some(req.page_token).filter(|t| !t.is_empty()),
         };

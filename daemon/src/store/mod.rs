@@ -5,6 +5,7 @@
 //! on disk. Readers use a separate pool and never block the writer. After each
 //! commit the newest event sequence number is published, which is how `WatchPlan`
 //! streams learn that there is something new to read.
+mod bulk;
 mod persist;
 mod read;
 mod views;
@@ -21,7 +22,7 @@ use tokio::sync::watch;
 
 use crate::domain;
 pub use read::{EventFilter, TaskFilter};
-pub use views::{EventView, PlanSummary, PlanView, TaskPage, TaskView};
+pub use views::{Detail, EventView, PlanSummary, PlanView, TaskPage, TaskView};
 pub use write::{NewTask, TaskUpdate, WrittenTodos};
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations");
@@ -37,6 +38,8 @@ pub enum Error {
     Database(#[from] sqlx::Error),
     #[error("migration failed: {0}")]
     Migration(#[from] sqlx::migrate::MigrateError),
+    #[error("sqlite: {0}")]
+    Sqlite(String),
     #[error("the database holds data this version cannot read: {0}")]
     Corrupt(String),
 }

@@ -75,6 +75,7 @@ pub(super) async fn apply(
         .execute(&mut *conn)
         .await?;
 
+    let mut events = Vec::with_capacity(changes.len());
     for change in changes {
         let (kind, fields) = match change {
             Change::Created {
@@ -234,25 +235,33 @@ pub(super) async fn apply(
                 ("restored", EventFields::default())
             }
         };
-        let seq: i64 = sqlx::query_scalar(
+        events.push(serde_json::json!([
+            applied.real(change.task()).0,
+            kind,
+            fields.from_status,
+            fields.to_status,
+            fields.old_value,
+            fields.new_value,
+        ]));
+    }
+    if !events.is_empty() {
+        // One statement for all of the write's events; json_each keeps their order.
+        let seqs: Vec<i64> = sqlx::query_scalar(
             "INSERT INTO events (plan_id, task_id, type, from_status, to_status, old_value, \
              new_value, actor, reason, at, plan_revision) \
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING seq",
+             SELECT ?1, e.value ->> 0, e.value ->> 1, e.value ->> 2, e.value ->> 3, \
+             e.value ->> 4, e.value ->> 5, ?2, ?3, ?4, ?5 FROM json_each(?6) e \
+             ORDER BY e.key RETURNING seq",
         )
         .bind(plan_id)
-        .bind(applied.real(change.task()).0)
-        .bind(kind)
-        .bind(fields.from_status)
-        .bind(fields.to_status)
-        .bind(fields.old_value)
-        .bind(fields.new_value)
         .bind(&ctx.actor)
         .bind(&ctx.reason)
         .bind(now)
         .bind(applied.revision)
-        .fetch_one(&mut *conn)
+        .bind(serde_json::Value::Array(events).to_string())
+        .fetch_all(&mut *conn)
         .await?;
-        applied.last_seq = Some(seq);
+        applied.last_seq = seqs.into_iter().max();
     }
     Ok(applied)
 }

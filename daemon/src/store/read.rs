@@ -4,7 +4,8 @@ use std::collections::HashMap;
 
 use sqlx::{Row, SqliteConnection};
 
-use super::views::{TaskRow, EVENT_COLUMNS};
+use super::bulk;
+use super::views::{Detail, EVENT_COLUMNS};
 use super::{Error, EventView, PlanSummary, PlanView, Store, TaskPage, TaskView};
 use crate::domain::{self, Kind, Readiness, Status, TaskId};
 
@@ -36,6 +37,7 @@ pub struct TaskFilter {
     pub kinds: Vec<Kind>,
     pub readiness: Vec<Readiness>,
     pub include_archived: bool,
+    pub detail: Detail,
     pub page_size: usize,
     pub page_token: Option<String>,
 }
@@ -89,45 +91,88 @@ pub(super) async fn require_plan(
         .ok_or_else(|| domain::Error::plan_not_found(name).into())
 }
 
-/// One JSON array per task (see `TaskRow`), dependencies and their statuses
-/// included. sqlx hands SQLite rows over one at a time through a channel, about
-/// a microsecond or two each; building one JSON document in SQLite and decoding
-/// it with serde lists a 100,000-task plan several times faster.
-const TASK_JSON: &str = "json_array(t.id, p.name, t.status, t.priority, t.content, t.kind, \
-     t.position, t.spec, t.progress, t.result, t.error, t.revision, t.archived_at, \
-     t.created_at, t.updated_at, t.started_at, t.finished_at, \
-     json((SELECT json_group_array(json_array(d.depends_on, u.status) ORDER BY d.depends_on) \
-           FROM dependencies d JOIN tasks u ON u.id = d.depends_on WHERE d.task_id = t.id)))";
+/// The columns `TaskView::from_bulk_row` reads, in order. A basic listing
+/// selects NULL for the heavy or repetitive ones.
+fn task_columns(detail: Detail) -> &'static str {
+    match detail {
+        Detail::Full => {
+            "t.id, p.name, t.status, t.priority, t.content, t.kind, t.position, t.spec, \
+             t.progress, t.result, t.error, t.revision, t.archived_at, t.created_at, \
+             t.updated_at, t.started_at, t.finished_at, CASE WHEN t.dependency_count > 0 \
+             THEN (SELECT group_concat(d.depends_on || ':' || u.status, ',' ORDER BY \
+             d.depends_on) FROM dependencies d JOIN tasks u ON u.id = d.depends_on \
+             WHERE d.task_id = t.id) END"
+        }
+        Detail::Basic => {
+            "t.id, NULL, t.status, t.priority, t.content, t.kind, t.position, NULL, \
+             t.progress, NULL, NULL, t.revision, t.archived_at, NULL, NULL, NULL, NULL, \
+             CASE WHEN t.dependency_count > 0 THEN (SELECT group_concat(d.depends_on || ':' \
+             || u.status, ',' ORDER BY d.depends_on) FROM dependencies d JOIN tasks u \
+             ON u.id = d.depends_on WHERE d.task_id = t.id) END"
+        }
+    }
+}
 
-const LIST_ORDER: &str = "t.position, t.id";
+/// How a listing is sorted: list order, or ready-next order (priority first).
+#[derive(Clone, Copy)]
+enum Order {
+    List,
+    PriorityFirst,
+}
 
-/// Tasks matching `condition` (over `tasks t` and `plans p`), in `order`.
+impl Order {
+    fn sql(self) -> &'static str {
+        match self {
+            Order::List => "t.position, t.id",
+            Order::PriorityFirst => {
+                "CASE t.priority WHEN 'high' THEN 0 WHEN 'medium' THEN 1 ELSE 2 END, \
+                 t.position, t.id"
+            }
+        }
+    }
+}
+
+/// What a task query selects, filters and sorts; `condition` ranges over
+/// `tasks t` joined with `plans p`.
+struct TaskQuery<'a> {
+    condition: &'a str,
+    binds: &'a [&'a str],
+    order: Order,
+    detail: Detail,
+    limit: i64,
+    /// Fills the plan name of basic rows.
+    plan: &'a str,
+}
+
 async fn tasks_where(
     conn: &mut SqliteConnection,
-    condition: &str,
-    order: &str,
-    binds: &[&str],
-    limit: i64,
+    q: TaskQuery<'_>,
 ) -> Result<Vec<TaskView>, Error> {
     let sql = format!(
-        "SELECT json_group_array(json(task) ORDER BY n) FROM ( \
-         SELECT {TASK_JSON} AS task, row_number() OVER (ORDER BY {order}) AS n \
-         FROM tasks t JOIN plans p ON p.id = t.plan_id \
-         WHERE {condition} ORDER BY {order} LIMIT {limit})"
+        "SELECT {columns} FROM tasks t JOIN plans p ON p.id = t.plan_id \
+         WHERE {condition} ORDER BY {order} LIMIT {limit}",
+        columns = task_columns(q.detail),
+        condition = q.condition,
+        order = q.order.sql(),
+        limit = q.limit,
     );
-    let mut query = sqlx::query_scalar::<_, String>(&sql);
-    for bind in binds {
-        query = query.bind(*bind);
-    }
-    let json = query.fetch_one(&mut *conn).await?;
-    let rows: Vec<TaskRow> = serde_json::from_str(&json)
-        .map_err(|e| Error::Corrupt(format!("task listing did not decode: {e}")))?;
-    rows.into_iter().map(TaskRow::into_view).collect()
+    bulk::read_rows(conn, &sql, q.binds, |row| {
+        TaskView::from_bulk_row(row, q.plan)
+    })
+    .await
 }
 
 pub(super) async fn task_by_id(conn: &mut SqliteConnection, id: TaskId) -> Result<TaskView, Error> {
     let id_text = id.0.to_string();
-    tasks_where(conn, "t.id = ?", LIST_ORDER, &[&id_text], 1)
+    let query = TaskQuery {
+        condition: "t.id = ?",
+        binds: &[&id_text],
+        order: Order::List,
+        detail: Detail::Full,
+        limit: 1,
+        plan: "",
+    };
+    tasks_where(conn, query)
         .await?
         .pop()
         .ok_or_else(|| domain::Error::task_not_found(id).into())
@@ -139,14 +184,15 @@ pub(super) async fn live_tasks(
     plan_id: i64,
 ) -> Result<Vec<TaskView>, Error> {
     let plan_id = plan_id.to_string();
-    tasks_where(
-        conn,
-        "t.plan_id = ? AND t.archived_at IS NULL",
-        LIST_ORDER,
-        &[&plan_id],
-        i64::MAX,
-    )
-    .await
+    let query = TaskQuery {
+        condition: "t.plan_id = ? AND t.archived_at IS NULL",
+        binds: &[&plan_id],
+        order: Order::List,
+        detail: Detail::Full,
+        limit: i64::MAX,
+        plan: "",
+    };
+    tasks_where(conn, query).await
 }
 
 impl Store {
@@ -209,32 +255,34 @@ impl Store {
         if limit > 0 {
             let id = plan_id.to_string();
             let live = "t.plan_id = ? AND t.archived_at IS NULL";
-            summary.in_progress_tasks = tasks_where(
-                &mut conn,
-                &format!("{live} AND t.status = 'in_progress'"),
-                LIST_ORDER,
-                &[&id],
-                limit as i64,
-            )
-            .await?;
-            // Priority first, then list order; a small, separate ordering.
-            summary.ready_tasks = tasks_where(
-                &mut conn,
-                &format!("{live} AND {}", readiness_sql(Readiness::Ready)),
-                "CASE t.priority WHEN 'high' THEN 0 WHEN 'medium' THEN 1 ELSE 2 END, \
-                 t.position, t.id",
-                &[&id],
-                limit as i64,
-            )
-            .await?;
-            summary.blocked_tasks = tasks_where(
-                &mut conn,
-                &format!("{live} AND t.status = 'pending' AND {HAS_INCOMPLETE_DEP}"),
-                LIST_ORDER,
-                &[&id],
-                limit as i64,
-            )
-            .await?;
+            let id = [id.as_str()];
+            let lists = [
+                (format!("{live} AND t.status = 'in_progress'"), Order::List),
+                // Ready next: high priority first, then list order.
+                (
+                    format!("{live} AND {}", readiness_sql(Readiness::Ready)),
+                    Order::PriorityFirst,
+                ),
+                (
+                    format!("{live} AND t.status = 'pending' AND {HAS_INCOMPLETE_DEP}"),
+                    Order::List,
+                ),
+            ];
+            let mut found = Vec::with_capacity(lists.len());
+            for (condition, order) in &lists {
+                let query = TaskQuery {
+                    condition,
+                    binds: &id,
+                    order: *order,
+                    detail: Detail::Full,
+                    limit: limit as i64,
+                    plan: name,
+                };
+                found.push(tasks_where(&mut conn, query).await?);
+            }
+            summary.blocked_tasks = found.pop().unwrap_or_default();
+            summary.ready_tasks = found.pop().unwrap_or_default();
+            summary.in_progress_tasks = found.pop().unwrap_or_default();
         }
         Ok(summary)
     }
@@ -289,14 +337,15 @@ impl Store {
             binds.push(id.to_string());
         }
         let bind_refs: Vec<&str> = binds.iter().map(String::as_str).collect();
-        let mut tasks = tasks_where(
-            &mut tx,
-            &condition,
-            LIST_ORDER,
-            &bind_refs,
-            page_size as i64 + 1,
-        )
-        .await?;
+        let query = TaskQuery {
+            condition: &condition,
+            binds: &bind_refs,
+            order: Order::List,
+            detail: filter.detail,
+            limit: page_size as i64 + 1,
+            plan: &plan.name,
+        };
+        let mut tasks = tasks_where(&mut tx, query).await?;
         let next_page_token = if tasks.len() > page_size {
             tasks.truncate(page_size);
             tasks.last().map(encode_page_token)

@@ -3,6 +3,7 @@
 use sqlx::sqlite::SqliteRow;
 use sqlx::Row;
 
+use super::bulk::Row as BulkRow;
 use super::Error;
 use crate::domain::{Kind, Priority, Readiness, Status, TaskId};
 
@@ -46,72 +47,80 @@ pub struct TaskView {
     pub error: Option<String>,
     pub revision: i64,
     pub archived: bool,
-    pub created_at: i64,
-    pub updated_at: i64,
+    /// `None` in a `Detail::Basic` listing.
+    pub created_at: Option<i64>,
+    pub updated_at: Option<i64>,
     pub started_at: Option<i64>,
     pub finished_at: Option<i64>,
 }
 
-/// A task as `read::TASK_JSON` encodes it: one JSON array per task, with its
-/// dependencies and their statuses, in this order.
-#[derive(serde::Deserialize)]
-pub(super) struct TaskRow(
-    i64,
-    String,
-    String,
-    String,
-    String,
-    String,
-    i64,
-    Option<String>,
-    Option<String>,
-    Option<String>,
-    Option<String>,
-    i64,
-    Option<i64>,
-    i64,
-    i64,
-    Option<i64>,
-    Option<i64>,
-    Vec<(i64, String)>,
-);
+/// How much of each task a listing carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Detail {
+    /// Every field.
+    #[default]
+    Full,
+    /// What a list shows: no spec, result, error or timestamps, so that very
+    /// large plans list fast.
+    Basic,
+}
 
-impl TaskRow {
-    pub(super) fn into_view(self) -> Result<TaskView, Error> {
+impl TaskView {
+    /// Decodes a row of `read::task_columns`. `plan` names the plan when the
+    /// row leaves it out (basic listings).
+    pub(super) fn from_bulk_row(row: &BulkRow<'_>, plan: &str) -> Result<TaskView, Error> {
         let parse = |what: &str, text: &str| Error::Corrupt(format!("unknown {what} {text:?}"));
-        let status: Status = self.2.parse().map_err(|_| parse("status", &self.2))?;
-        let mut deps = Vec::with_capacity(self.17.len());
-        for (id, dep_status) in self.17 {
-            let dep_status: Status = dep_status
-                .parse()
-                .map_err(|_| parse("status", &dep_status))?;
+        let status: Status = {
+            let text = row.text(2)?;
+            text.parse().map_err(|_| parse("status", text))?
+        };
+        // Dependencies arrive as "id:status,id:status".
+        let mut deps = Vec::new();
+        for pair in row
+            .opt_text(17)?
+            .unwrap_or("")
+            .split(',')
+            .filter(|p| !p.is_empty())
+        {
+            let (id, dep_status) = pair
+                .split_once(':')
+                .ok_or_else(|| parse("dependency", pair))?;
+            let id = id.parse().map_err(|_| parse("dependency", pair))?;
+            let dep_status: Status = dep_status.parse().map_err(|_| parse("status", pair))?;
             deps.push((TaskId(id), dep_status));
         }
         let (readiness, blocked_by) = match crate::domain::readiness(status, deps.iter().copied()) {
             Some((readiness, blockers)) => (Some(readiness), blockers),
             None => (None, Vec::new()),
         };
+        let owned = |text: Option<&str>| text.map(str::to_string);
         Ok(TaskView {
-            id: TaskId(self.0),
-            plan: self.1,
-            content: self.4,
+            id: TaskId(row.int(0)?),
+            plan: row.opt_text(1)?.unwrap_or(plan).to_string(),
             status,
-            priority: self.3.parse().map_err(|_| parse("priority", &self.3))?,
-            kind: self.5.parse().map_err(|_| parse("kind", &self.5))?,
-            position: self.6,
+            priority: {
+                let text = row.text(3)?;
+                text.parse().map_err(|_| parse("priority", text))?
+            },
+            content: row.text(4)?.to_string(),
+            kind: {
+                let text = row.text(5)?;
+                text.parse().map_err(|_| parse("kind", text))?
+            },
+            position: row.int(6)?,
             depends_on: deps.into_iter().map(|(id, _)| id).collect(),
             readiness,
             blocked_by,
-            spec: self.7,
-            progress: self.8,
-            result: self.9,
-            error: self.10,
-            revision: self.11,
-            archived: self.12.is_some(),
-            created_at: self.13,
-            updated_at: self.14,
-            started_at: self.15,
-            finished_at: self.16,
+            spec: owned(row.opt_text(7)?),
+            progress: owned(row.opt_text(8)?),
+            result: owned(row.opt_text(9)?),
+            error: owned(row.opt_text(10)?),
+            revision: row.int(11)?,
+            archived: row.opt_int(12)?.is_some(),
+            created_at: row.opt_int(13)?,
+            updated_at: row.opt_int(14)?,
+            started_at: row.opt_int(15)?,
+            finished_at: row.opt_int(16)?,
         })
     }
 }

@@ -192,10 +192,10 @@ impl Store {
     ) -> Result<WrittenTodos, Error> {
         let mut tx = self.begin_write().await?;
         let mut plan_seq = None;
-        let plan_id = match plan_by_name(&mut tx, plan).await? {
+        let (plan_id, mut plan_view) = match plan_by_name(&mut tx, plan).await? {
             Some((id, view)) => {
                 check_revision(&view, ctx)?;
-                id
+                (id, view)
             }
             None => {
                 let fresh = PlanView {
@@ -208,14 +208,19 @@ impl Store {
                 check_revision(&fresh, ctx)?;
                 let (id, seq) = insert_plan(&mut tx, plan, "", ctx).await?;
                 plan_seq = Some(seq);
-                id
+                (id, plan_of(&mut tx, id).await?)
             }
         };
-        let revision = plan_of(&mut tx, plan_id).await?.revision;
+        let revision = plan_view.revision;
         let stored = stored_tasks(&mut tx, plan_id, plan, items).await?;
         let write = todo_list::reconcile(&stored, items)?;
+        let now = now_ms();
         let mut applied =
-            persist::apply(&mut tx, plan_id, revision, &write.changes, ctx, now_ms()).await?;
+            persist::apply(&mut tx, plan_id, revision, &write.changes, ctx, now).await?;
+        if applied.revision != revision {
+            plan_view.revision = applied.revision;
+            plan_view.updated_at = now;
+        }
         applied.last_seq = applied.last_seq.or(plan_seq);
         let created = write
             .resolved
@@ -232,10 +237,9 @@ impl Store {
             })
             .collect();
         let todos = live_tasks(&mut tx, plan_id).await?;
-        let plan = plan_of(&mut tx, plan_id).await?;
         self.commit(tx, &applied).await?;
         Ok(WrittenTodos {
-            plan,
+            plan: plan_view,
             todos,
             created,
             archived,
