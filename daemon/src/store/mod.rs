@@ -5,9 +5,9 @@
 //! on disk. Readers use a separate pool and never block the writer. After each
 //! commit the newest event sequence number is published, which is how `WatchPlan`
 //! streams learn that there is something new to read.
-mod bulk;
 mod persist;
 mod read;
+mod sqlite;
 mod views;
 mod write;
 

@@ -3,8 +3,7 @@
 //! is exactly the list of changes that were committed.
 use std::collections::HashMap;
 
-use sqlx::SqliteConnection;
-
+use super::sqlite::{Db, Param};
 use super::{Error, WriteContext};
 use crate::domain::{Change, TaskId};
 
@@ -25,35 +24,72 @@ impl Applied {
 }
 
 /// A plan-level event: the plan's creation.
-pub(super) async fn record_plan_created(
-    conn: &mut SqliteConnection,
+pub(super) fn record_plan_created(
+    db: &mut Db,
     plan_id: i64,
     ctx: &WriteContext,
     now: i64,
 ) -> Result<i64, Error> {
-    Ok(sqlx::query_scalar(
+    db.query_row(
         "INSERT INTO events (plan_id, type, actor, reason, at, plan_revision) \
          VALUES (?, 'plan_created', ?, ?, ?, 0) RETURNING seq",
-    )
-    .bind(plan_id)
-    .bind(&ctx.actor)
-    .bind(&ctx.reason)
-    .bind(now)
-    .fetch_one(&mut *conn)
-    .await?)
+        &[
+            plan_id.into(),
+            (&ctx.actor).into(),
+            (&ctx.reason).into(),
+            now.into(),
+        ],
+        |row| row.int(0),
+    )?
+    .ok_or_else(|| Error::Sqlite("INSERT returned no row".into()))
 }
 
-#[derive(Default)]
+/// An event before it is written: type, from/to status, old/new value.
 struct EventFields<'a> {
+    kind: &'static str,
     from_status: Option<&'a str>,
     to_status: Option<&'a str>,
     old_value: Option<String>,
     new_value: Option<String>,
 }
 
+impl EventFields<'_> {
+    fn of(kind: &'static str) -> Self {
+        EventFields {
+            kind,
+            from_status: None,
+            to_status: None,
+            old_value: None,
+            new_value: None,
+        }
+    }
+}
+
+/// Bumps a task's revision and `updated_at`, setting `assignments` too.
+fn update_task(
+    db: &mut Db,
+    id: TaskId,
+    assignments: &str,
+    params: &[Param<'_>],
+    now: i64,
+) -> Result<(), Error> {
+    let mut all = params.to_vec();
+    all.push(now.into());
+    all.push(id.0.into());
+    let comma = if assignments.is_empty() { "" } else { ", " };
+    db.execute(
+        &format!(
+            "UPDATE tasks SET {assignments}{comma}revision = revision + 1, updated_at = ? \
+             WHERE id = ?"
+        ),
+        &all,
+    )?;
+    Ok(())
+}
+
 /// Applies `changes` to plan `plan_id` at `revision`, bumping it once.
-pub(super) async fn apply(
-    conn: &mut SqliteConnection,
+pub(super) fn apply(
+    db: &mut Db,
     plan_id: i64,
     revision: i64,
     changes: &[Change],
@@ -68,16 +104,14 @@ pub(super) async fn apply(
         return Ok(applied);
     }
     applied.revision = revision + 1;
-    sqlx::query("UPDATE plans SET revision = ?, updated_at = ? WHERE id = ?")
-        .bind(applied.revision)
-        .bind(now)
-        .bind(plan_id)
-        .execute(&mut *conn)
-        .await?;
+    db.execute(
+        "UPDATE plans SET revision = ?, updated_at = ? WHERE id = ?",
+        &[applied.revision.into(), now.into(), plan_id.into()],
+    )?;
 
     let mut events = Vec::with_capacity(changes.len());
     for change in changes {
-        let (kind, fields) = match change {
+        let event = match change {
             Change::Created {
                 id,
                 content,
@@ -86,209 +120,146 @@ pub(super) async fn apply(
                 position,
                 spec,
             } => {
-                let real: i64 = sqlx::query_scalar(
-                    "INSERT INTO tasks (plan_id, content, status, priority, kind, position, spec, \
-                     created_at, updated_at) VALUES (?, ?, 'pending', ?, ?, ?, ?, ?, ?) RETURNING id",
-                )
-                .bind(plan_id)
-                .bind(content)
-                .bind(priority.as_str())
-                .bind(kind.as_str())
-                .bind(position)
-                .bind(spec)
-                .bind(now)
-                .bind(now)
-                .fetch_one(&mut *conn)
-                .await?;
+                let real = db
+                    .query_row(
+                        "INSERT INTO tasks (plan_id, content, status, priority, kind, position, \
+                         spec, created_at, updated_at) \
+                         VALUES (?, ?, 'pending', ?, ?, ?, ?, ?, ?) RETURNING id",
+                        &[
+                            plan_id.into(),
+                            content.as_str().into(),
+                            priority.as_str().into(),
+                            kind.as_str().into(),
+                            (*position).into(),
+                            spec.as_deref().into(),
+                            now.into(),
+                            now.into(),
+                        ],
+                        |row| row.int(0),
+                    )?
+                    .ok_or_else(|| Error::Sqlite("INSERT returned no row".into()))?;
                 applied.created.insert(*id, TaskId(real));
-                (
-                    "task_created",
-                    EventFields {
-                        to_status: Some("pending"),
-                        new_value: Some(content.clone()),
-                        ..Default::default()
-                    },
-                )
+                EventFields {
+                    to_status: Some("pending"),
+                    new_value: Some(content.clone()),
+                    ..EventFields::of("task_created")
+                }
             }
             Change::ContentChanged { id, old, new } => {
-                update_task(conn, applied.real(*id), "content = ?", new, now).await?;
-                (
-                    "content_changed",
-                    EventFields {
-                        old_value: Some(old.clone()),
-                        new_value: Some(new.clone()),
-                        ..Default::default()
-                    },
-                )
+                update_task(db, applied.real(*id), "content = ?", &[new.into()], now)?;
+                EventFields {
+                    old_value: Some(old.clone()),
+                    new_value: Some(new.clone()),
+                    ..EventFields::of("content_changed")
+                }
             }
             Change::PriorityChanged { id, old, new } => {
-                update_task(conn, applied.real(*id), "priority = ?", new.as_str(), now).await?;
-                (
-                    "priority_changed",
-                    EventFields {
-                        old_value: Some(old.to_string()),
-                        new_value: Some(new.to_string()),
-                        ..Default::default()
-                    },
-                )
+                let params = [new.as_str().into()];
+                update_task(db, applied.real(*id), "priority = ?", &params, now)?;
+                EventFields {
+                    old_value: Some(old.to_string()),
+                    new_value: Some(new.to_string()),
+                    ..EventFields::of("priority_changed")
+                }
             }
             Change::SpecChanged { id, old, new } => {
-                sqlx::query(
-                    "UPDATE tasks SET spec = ?, revision = revision + 1, updated_at = ? WHERE id = ?",
-                )
-                .bind(new)
-                .bind(now)
-                .bind(applied.real(*id).0)
-                .execute(&mut *conn)
-                .await?;
-                (
-                    "spec_changed",
-                    EventFields {
-                        old_value: old.clone(),
-                        new_value: new.clone(),
-                        ..Default::default()
-                    },
-                )
+                let params = [new.as_deref().into()];
+                update_task(db, applied.real(*id), "spec = ?", &params, now)?;
+                EventFields {
+                    old_value: old.clone(),
+                    new_value: new.clone(),
+                    ..EventFields::of("spec_changed")
+                }
             }
             Change::Moved { id, position } => {
-                sqlx::query("UPDATE tasks SET position = ? WHERE id = ?")
-                    .bind(position)
-                    .bind(applied.real(*id).0)
-                    .execute(&mut *conn)
-                    .await?;
+                db.execute(
+                    "UPDATE tasks SET position = ? WHERE id = ?",
+                    &[(*position).into(), applied.real(*id).0.into()],
+                )?;
                 continue;
             }
             Change::StatusChanged { id, from, to } => {
                 // started_at marks the latest start; finished_at the latest end.
-                sqlx::query(
-                    "UPDATE tasks SET status = ?1, revision = revision + 1, updated_at = ?2, \
+                let to_text = to.as_str();
+                update_task(
+                    db,
+                    applied.real(*id),
+                    "status = ?1, \
                      started_at = CASE WHEN ?1 = 'in_progress' THEN ?2 ELSE started_at END, \
-                     finished_at = CASE WHEN ?1 IN ('completed', 'failed', 'cancelled') THEN ?2 \
-                                   ELSE NULL END, \
-                     error = CASE WHEN ?1 = 'failed' THEN error ELSE NULL END \
-                     WHERE id = ?3",
-                )
-                .bind(to.as_str())
-                .bind(now)
-                .bind(applied.real(*id).0)
-                .execute(&mut *conn)
-                .await?;
-                (
-                    "status_changed",
-                    EventFields {
-                        from_status: Some(from.as_str()),
-                        to_status: Some(to.as_str()),
-                        ..Default::default()
-                    },
-                )
+                     finished_at = CASE WHEN ?1 IN ('completed', 'failed', 'cancelled') \
+                                   THEN ?2 ELSE NULL END, \
+                     error = CASE WHEN ?1 = 'failed' THEN error ELSE NULL END",
+                    &[to_text.into(), now.into()],
+                    now,
+                )?;
+                EventFields {
+                    from_status: Some(from.as_str()),
+                    to_status: Some(to_text),
+                    ..EventFields::of("status_changed")
+                }
             }
             Change::DependencyAdded { id, depends_on } => {
-                sqlx::query("INSERT INTO dependencies (task_id, depends_on) VALUES (?, ?)")
-                    .bind(applied.real(*id).0)
-                    .bind(applied.real(*depends_on).0)
-                    .execute(&mut *conn)
-                    .await?;
-                touch(conn, applied.real(*id), now).await?;
-                (
-                    "dependency_added",
-                    EventFields {
-                        new_value: Some(applied.real(*depends_on).to_string()),
-                        ..Default::default()
-                    },
-                )
+                let (id, dep) = (applied.real(*id), applied.real(*depends_on));
+                db.execute(
+                    "INSERT INTO dependencies (task_id, depends_on) VALUES (?, ?)",
+                    &[id.0.into(), dep.0.into()],
+                )?;
+                update_task(db, id, "", &[], now)?;
+                EventFields {
+                    new_value: Some(dep.to_string()),
+                    ..EventFields::of("dependency_added")
+                }
             }
             Change::DependencyRemoved { id, depends_on } => {
-                sqlx::query("DELETE FROM dependencies WHERE task_id = ? AND depends_on = ?")
-                    .bind(applied.real(*id).0)
-                    .bind(applied.real(*depends_on).0)
-                    .execute(&mut *conn)
-                    .await?;
-                touch(conn, applied.real(*id), now).await?;
-                (
-                    "dependency_removed",
-                    EventFields {
-                        old_value: Some(applied.real(*depends_on).to_string()),
-                        ..Default::default()
-                    },
-                )
+                let (id, dep) = (applied.real(*id), applied.real(*depends_on));
+                db.execute(
+                    "DELETE FROM dependencies WHERE task_id = ? AND depends_on = ?",
+                    &[id.0.into(), dep.0.into()],
+                )?;
+                update_task(db, id, "", &[], now)?;
+                EventFields {
+                    old_value: Some(dep.to_string()),
+                    ..EventFields::of("dependency_removed")
+                }
             }
             Change::Archived { id } => {
-                sqlx::query(
-                    "UPDATE tasks SET archived_at = ?1, revision = revision + 1, updated_at = ?1 \
-                     WHERE id = ?2",
-                )
-                .bind(now)
-                .bind(id.0)
-                .execute(&mut *conn)
-                .await?;
-                ("archived", EventFields::default())
+                update_task(db, *id, "archived_at = ?", &[now.into()], now)?;
+                EventFields::of("archived")
             }
             Change::Restored { id } => {
-                sqlx::query(
-                    "UPDATE tasks SET archived_at = NULL, revision = revision + 1, updated_at = ? \
-                     WHERE id = ?",
-                )
-                .bind(now)
-                .bind(id.0)
-                .execute(&mut *conn)
-                .await?;
-                ("restored", EventFields::default())
+                update_task(db, *id, "archived_at = NULL", &[], now)?;
+                EventFields::of("restored")
             }
         };
         events.push(serde_json::json!([
             applied.real(change.task()).0,
-            kind,
-            fields.from_status,
-            fields.to_status,
-            fields.old_value,
-            fields.new_value,
+            event.kind,
+            event.from_status,
+            event.to_status,
+            event.old_value,
+            event.new_value,
         ]));
     }
     if !events.is_empty() {
         // One statement for all of the write's events; json_each keeps their order.
-        let seqs: Vec<i64> = sqlx::query_scalar(
+        let events = serde_json::Value::Array(events).to_string();
+        let seqs = db.query(
             "INSERT INTO events (plan_id, task_id, type, from_status, to_status, old_value, \
              new_value, actor, reason, at, plan_revision) \
-             SELECT ?1, e.value ->> 0, e.value ->> 1, e.value ->> 2, e.value ->> 3, \
-             e.value ->> 4, e.value ->> 5, ?2, ?3, ?4, ?5 FROM json_each(?6) e \
+             SELECT ?, e.value ->> 0, e.value ->> 1, e.value ->> 2, e.value ->> 3, \
+             e.value ->> 4, e.value ->> 5, ?, ?, ?, ? FROM json_each(?) e \
              ORDER BY e.key RETURNING seq",
-        )
-        .bind(plan_id)
-        .bind(&ctx.actor)
-        .bind(&ctx.reason)
-        .bind(now)
-        .bind(applied.revision)
-        .bind(serde_json::Value::Array(events).to_string())
-        .fetch_all(&mut *conn)
-        .await?;
+            &[
+                plan_id.into(),
+                (&ctx.actor).into(),
+                (&ctx.reason).into(),
+                now.into(),
+                applied.revision.into(),
+                (&events).into(),
+            ],
+            |row| row.int(0),
+        )?;
         applied.last_seq = seqs.into_iter().max();
     }
     Ok(applied)
-}
-
-async fn update_task(
-    conn: &mut SqliteConnection,
-    id: TaskId,
-    assignment: &str,
-    value: &str,
-    now: i64,
-) -> Result<(), Error> {
-    sqlx::query(&format!(
-        "UPDATE tasks SET {assignment}, revision = revision + 1, updated_at = ? WHERE id = ?"
-    ))
-    .bind(value)
-    .bind(now)
-    .bind(id.0)
-    .execute(&mut *conn)
-    .await?;
-    Ok(())
-}
-
-async fn touch(conn: &mut SqliteConnection, id: TaskId, now: i64) -> Result<(), Error> {
-    sqlx::query("UPDATE tasks SET revision = revision + 1, updated_at = ? WHERE id = ?")
-        .bind(now)
-        .bind(id.0)
-        .execute(&mut *conn)
-        .await?;
-    Ok(())
 }

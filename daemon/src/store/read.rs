@@ -1,11 +1,11 @@
-//! Read queries. They run on the reader pool, or inside a write transaction when
-//! a write answers with the state it committed.
+//! Read queries. The functions over `Db` also run inside write transactions,
+//! so that a write answers with exactly the state it committed; the `Store`
+//! methods run them on the reader pool, in one read transaction where the
+//! answer must be consistent.
 use std::collections::HashMap;
 
-use sqlx::{Row, SqliteConnection};
-
-use super::bulk;
-use super::views::{Detail, EVENT_COLUMNS};
+use super::sqlite::{Db, Param};
+use super::views::{Detail, EVENT_COLUMNS, PLAN_COLUMNS};
 use super::{Error, EventView, PlanSummary, PlanView, Store, TaskPage, TaskView};
 use crate::domain::{self, Kind, Readiness, Status, TaskId};
 
@@ -68,30 +68,28 @@ fn decode_page_token(token: &str) -> Result<(i64, i64), Error> {
     ))
 }
 
-pub(super) async fn plan_by_name(
-    conn: &mut SqliteConnection,
-    name: &str,
-) -> Result<Option<(i64, PlanView)>, Error> {
-    let row = sqlx::query(
-        "SELECT id, name, title, revision, created_at, updated_at FROM plans WHERE name = ?",
+pub(super) fn plan_by_name(db: &mut Db, name: &str) -> Result<Option<(i64, PlanView)>, Error> {
+    db.query_row(
+        &format!("SELECT {PLAN_COLUMNS} FROM plans WHERE name = ?"),
+        &[name.into()],
+        |row| Ok((row.int(0)?, PlanView::from_row(row)?)),
     )
-    .bind(name)
-    .fetch_optional(&mut *conn)
-    .await?;
-    row.map(|r| Ok((r.try_get("id")?, PlanView::from_row(&r)?)))
-        .transpose()
 }
 
-pub(super) async fn require_plan(
-    conn: &mut SqliteConnection,
-    name: &str,
-) -> Result<(i64, PlanView), Error> {
-    plan_by_name(conn, name)
-        .await?
-        .ok_or_else(|| domain::Error::plan_not_found(name).into())
+pub(super) fn plan_by_id(db: &mut Db, id: i64) -> Result<PlanView, Error> {
+    db.query_row(
+        &format!("SELECT {PLAN_COLUMNS} FROM plans WHERE id = ?"),
+        &[id.into()],
+        PlanView::from_row,
+    )?
+    .ok_or_else(|| Error::Corrupt(format!("plan {id} vanished")))
 }
 
-/// The columns `TaskView::from_bulk_row` reads, in order. A basic listing
+pub(super) fn require_plan(db: &mut Db, name: &str) -> Result<(i64, PlanView), Error> {
+    plan_by_name(db, name)?.ok_or_else(|| domain::Error::plan_not_found(name).into())
+}
+
+/// The columns `TaskView::from_row` reads, in order. A basic listing
 /// selects NULL for the heavy or repetitive ones.
 fn task_columns(detail: Detail) -> &'static str {
     match detail {
@@ -136,7 +134,7 @@ impl Order {
 /// `tasks t` joined with `plans p`.
 struct TaskQuery<'a> {
     condition: &'a str,
-    binds: &'a [&'a str],
+    params: &'a [Param<'a>],
     order: Order,
     detail: Detail,
     limit: i64,
@@ -144,10 +142,7 @@ struct TaskQuery<'a> {
     plan: &'a str,
 }
 
-async fn tasks_where(
-    conn: &mut SqliteConnection,
-    q: TaskQuery<'_>,
-) -> Result<Vec<TaskView>, Error> {
+fn tasks_where(db: &mut Db, q: TaskQuery<'_>) -> Result<Vec<TaskView>, Error> {
     let sql = format!(
         "SELECT {columns} FROM tasks t JOIN plans p ON p.id = t.plan_id \
          WHERE {condition} ORDER BY {order} LIMIT {limit}",
@@ -156,246 +151,247 @@ async fn tasks_where(
         order = q.order.sql(),
         limit = q.limit,
     );
-    bulk::read_rows(conn, &sql, q.binds, |row| {
-        TaskView::from_bulk_row(row, q.plan)
-    })
-    .await
+    db.query(&sql, q.params, |row| TaskView::from_row(row, q.plan))
 }
 
-pub(super) async fn task_by_id(conn: &mut SqliteConnection, id: TaskId) -> Result<TaskView, Error> {
-    let id_text = id.0.to_string();
+pub(super) fn task_by_id(db: &mut Db, id: TaskId) -> Result<TaskView, Error> {
     let query = TaskQuery {
         condition: "t.id = ?",
-        binds: &[&id_text],
+        params: &[id.0.into()],
         order: Order::List,
         detail: Detail::Full,
         limit: 1,
         plan: "",
     };
-    tasks_where(conn, query)
-        .await?
+    tasks_where(db, query)?
         .pop()
         .ok_or_else(|| domain::Error::task_not_found(id).into())
 }
 
 /// Live tasks of a plan in list order: the list as an agent sees it.
-pub(super) async fn live_tasks(
-    conn: &mut SqliteConnection,
-    plan_id: i64,
-) -> Result<Vec<TaskView>, Error> {
-    let plan_id = plan_id.to_string();
+pub(super) fn live_tasks(db: &mut Db, plan_id: i64) -> Result<Vec<TaskView>, Error> {
     let query = TaskQuery {
         condition: "t.plan_id = ? AND t.archived_at IS NULL",
-        binds: &[&plan_id],
+        params: &[plan_id.into()],
         order: Order::List,
         detail: Detail::Full,
         limit: i64::MAX,
         plan: "",
     };
-    tasks_where(conn, query).await
+    tasks_where(db, query)
+}
+
+fn plan_summary(db: &mut Db, name: &str, limit: usize) -> Result<PlanSummary, Error> {
+    let (plan_id, plan) = require_plan(db, name)?;
+    let mut counted: HashMap<String, i64> = HashMap::new();
+    db.query(
+        "SELECT status, COUNT(*) FROM tasks WHERE plan_id = ? AND archived_at IS NULL \
+         GROUP BY status",
+        &[plan_id.into()],
+        |row| {
+            counted.insert(row.text(0)?.to_string(), row.int(1)?);
+            Ok(())
+        },
+    )?;
+    let counts = Status::ALL
+        .iter()
+        .map(|s| (*s, counted.get(s.as_str()).copied().unwrap_or(0)))
+        .collect();
+    let readiness_counts = format!(
+        "SELECT COALESCE(SUM({ready}), 0), COALESCE(SUM({failed}), 0) FROM tasks t \
+         WHERE t.plan_id = ? AND t.archived_at IS NULL AND t.status = 'pending'",
+        ready = readiness_sql(Readiness::Ready),
+        failed = readiness_sql(Readiness::BlockedByFailure),
+    );
+    let (ready, blocked_by_failure) = db
+        .query_row(&readiness_counts, &[plan_id.into()], |row| {
+            Ok((row.int(0)?, row.int(1)?))
+        })?
+        .unwrap_or((0, 0));
+    let pending = counted.get("pending").copied().unwrap_or(0);
+
+    let mut summary = PlanSummary {
+        plan: Some(plan),
+        counts,
+        ready,
+        blocked: pending - ready - blocked_by_failure,
+        blocked_by_failure,
+        ..PlanSummary::default()
+    };
+    if limit > 0 {
+        let live = "t.plan_id = ? AND t.archived_at IS NULL";
+        let lists = [
+            (format!("{live} AND t.status = 'in_progress'"), Order::List),
+            // Ready next: high priority first, then list order.
+            (
+                format!("{live} AND {}", readiness_sql(Readiness::Ready)),
+                Order::PriorityFirst,
+            ),
+            (
+                format!("{live} AND t.status = 'pending' AND {HAS_INCOMPLETE_DEP}"),
+                Order::List,
+            ),
+        ];
+        let mut found = Vec::with_capacity(lists.len());
+        for (condition, order) in &lists {
+            let query = TaskQuery {
+                condition,
+                params: &[plan_id.into()],
+                order: *order,
+                detail: Detail::Full,
+                limit: limit as i64,
+                plan: name,
+            };
+            found.push(tasks_where(db, query)?);
+        }
+        summary.blocked_tasks = found.pop().unwrap_or_default();
+        summary.ready_tasks = found.pop().unwrap_or_default();
+        summary.in_progress_tasks = found.pop().unwrap_or_default();
+    }
+    Ok(summary)
+}
+
+fn list_tasks(db: &mut Db, filter: &TaskFilter) -> Result<TaskPage, Error> {
+    let page_size = match filter.page_size {
+        0 => DEFAULT_PAGE_SIZE,
+        n => n.min(MAX_PAGE_SIZE),
+    };
+    let after = filter
+        .page_token
+        .as_deref()
+        .map(decode_page_token)
+        .transpose()?;
+    let (plan_id, plan) = require_plan(db, &filter.plan)?;
+    let statuses = json_list(&filter.statuses);
+    let kinds = json_list(&filter.kinds);
+    let mut condition = String::from("t.plan_id = ?");
+    let mut params: Vec<Param> = vec![plan_id.into()];
+    if !filter.include_archived {
+        condition.push_str(" AND t.archived_at IS NULL");
+    }
+    if !filter.statuses.is_empty() {
+        condition.push_str(" AND t.status IN (SELECT value FROM json_each(?))");
+        params.push((&statuses).into());
+    }
+    if !filter.kinds.is_empty() {
+        condition.push_str(" AND t.kind IN (SELECT value FROM json_each(?))");
+        params.push((&kinds).into());
+    }
+    if !filter.readiness.is_empty() {
+        let any: Vec<String> = filter.readiness.iter().map(|r| readiness_sql(*r)).collect();
+        condition.push_str(&format!(" AND ({})", any.join(" OR ")));
+    }
+    if let Some((position, id)) = after {
+        condition.push_str(" AND (t.position, t.id) > (?, ?)");
+        params.push(position.into());
+        params.push(id.into());
+    }
+    let query = TaskQuery {
+        condition: &condition,
+        params: &params,
+        order: Order::List,
+        detail: filter.detail,
+        limit: page_size as i64 + 1,
+        plan: &plan.name,
+    };
+    let mut tasks = tasks_where(db, query)?;
+    let next_page_token = if tasks.len() > page_size {
+        tasks.truncate(page_size);
+        tasks.last().map(encode_page_token)
+    } else {
+        None
+    };
+    Ok(TaskPage {
+        tasks,
+        next_page_token,
+        plan_revision: plan.revision,
+    })
+}
+
+fn list_events(db: &mut Db, filter: &EventFilter) -> Result<Vec<EventView>, Error> {
+    let limit = match filter.limit {
+        0 => DEFAULT_PAGE_SIZE,
+        n => n.min(MAX_PAGE_SIZE),
+    } as i64;
+    let base = format!("SELECT {EVENT_COLUMNS} FROM events e JOIN plans p ON p.id = e.plan_id");
+    let (sql, scope) = if let Some(task) = filter.task {
+        // Existence check, so an unknown task is NOT_FOUND, not an empty list.
+        task_by_id(db, task)?;
+        (
+            format!("{base} WHERE e.task_id = ?1 AND e.seq > ?2 ORDER BY e.seq LIMIT ?3"),
+            task.0,
+        )
+    } else if filter.plan.is_empty() {
+        (
+            format!("{base} WHERE ?1 = 0 AND e.seq > ?2 ORDER BY e.seq LIMIT ?3"),
+            0,
+        )
+    } else {
+        let (plan_id, _) = require_plan(db, &filter.plan)?;
+        (
+            format!("{base} WHERE e.plan_id = ?1 AND e.seq > ?2 ORDER BY e.seq LIMIT ?3"),
+            plan_id,
+        )
+    };
+    db.query(
+        &sql,
+        &[scope.into(), filter.after_seq.into(), limit.into()],
+        EventView::from_row,
+    )
 }
 
 impl Store {
     pub async fn get_plan(&self, name: &str) -> Result<PlanView, Error> {
         let mut conn = self.reader.acquire().await?;
-        Ok(require_plan(&mut conn, name).await?.1)
+        let mut db = Db::lock(&mut conn).await?;
+        Ok(require_plan(&mut db, name)?.1)
     }
 
     pub async fn list_plans(&self) -> Result<Vec<PlanView>, Error> {
-        let rows = sqlx::query(
-            "SELECT name, title, revision, created_at, updated_at FROM plans ORDER BY name",
+        let mut conn = self.reader.acquire().await?;
+        let mut db = Db::lock(&mut conn).await?;
+        db.query(
+            &format!("SELECT {PLAN_COLUMNS} FROM plans ORDER BY name"),
+            &[],
+            PlanView::from_row,
         )
-        .fetch_all(&self.reader)
-        .await?;
-        rows.iter().map(PlanView::from_row).collect()
     }
 
     /// Counts per status and readiness, plus up to `limit` tasks in each of
     /// in_progress, ready (high priority first) and blocked.
     pub async fn plan_summary(&self, name: &str, limit: usize) -> Result<PlanSummary, Error> {
         let mut conn = self.reader.acquire().await?;
-        let (plan_id, plan) = require_plan(&mut conn, name).await?;
-        let rows = sqlx::query(
-            "SELECT status, COUNT(*) FROM tasks \
-             WHERE plan_id = ? AND archived_at IS NULL GROUP BY status",
-        )
-        .bind(plan_id)
-        .fetch_all(&mut *conn)
-        .await?;
-        let mut counted: HashMap<String, i64> = HashMap::new();
-        for row in rows {
-            counted.insert(row.try_get(0)?, row.try_get(1)?);
-        }
-        let counts = Status::ALL
-            .iter()
-            .map(|s| (*s, counted.get(s.as_str()).copied().unwrap_or(0)))
-            .collect();
-        let readiness_counts = format!(
-            "SELECT COALESCE(SUM({ready}), 0), COALESCE(SUM({failed}), 0) FROM tasks t \
-             WHERE t.plan_id = ? AND t.archived_at IS NULL AND t.status = 'pending'",
-            ready = readiness_sql(Readiness::Ready),
-            failed = readiness_sql(Readiness::BlockedByFailure),
-        );
-        let row = sqlx::query(&readiness_counts)
-            .bind(plan_id)
-            .fetch_one(&mut *conn)
-            .await?;
-        let ready: i64 = row.try_get(0)?;
-        let blocked_by_failure: i64 = row.try_get(1)?;
-        let pending = counted.get("pending").copied().unwrap_or(0);
-
-        let mut summary = PlanSummary {
-            plan: Some(plan),
-            counts,
-            ready,
-            blocked: pending - ready - blocked_by_failure,
-            blocked_by_failure,
-            ..PlanSummary::default()
-        };
-        if limit > 0 {
-            let id = plan_id.to_string();
-            let live = "t.plan_id = ? AND t.archived_at IS NULL";
-            let id = [id.as_str()];
-            let lists = [
-                (format!("{live} AND t.status = 'in_progress'"), Order::List),
-                // Ready next: high priority first, then list order.
-                (
-                    format!("{live} AND {}", readiness_sql(Readiness::Ready)),
-                    Order::PriorityFirst,
-                ),
-                (
-                    format!("{live} AND t.status = 'pending' AND {HAS_INCOMPLETE_DEP}"),
-                    Order::List,
-                ),
-            ];
-            let mut found = Vec::with_capacity(lists.len());
-            for (condition, order) in &lists {
-                let query = TaskQuery {
-                    condition,
-                    binds: &id,
-                    order: *order,
-                    detail: Detail::Full,
-                    limit: limit as i64,
-                    plan: name,
-                };
-                found.push(tasks_where(&mut conn, query).await?);
-            }
-            summary.blocked_tasks = found.pop().unwrap_or_default();
-            summary.ready_tasks = found.pop().unwrap_or_default();
-            summary.in_progress_tasks = found.pop().unwrap_or_default();
-        }
-        Ok(summary)
+        let mut db = Db::lock(&mut conn).await?;
+        db.transaction("BEGIN", |db| plan_summary(db, name, limit))
     }
 
     pub async fn get_task(&self, id: TaskId) -> Result<TaskView, Error> {
         let mut conn = self.reader.acquire().await?;
-        task_by_id(&mut conn, id).await
+        let mut db = Db::lock(&mut conn).await?;
+        task_by_id(&mut db, id)
     }
 
+    /// The agent's list and the plan's revision, read in one transaction so
+    /// that they agree.
     pub async fn read_todos(&self, plan: &str) -> Result<(PlanView, Vec<TaskView>), Error> {
-        // One read transaction, so the list and the revision agree. Dropping
-        // it (a cancelled call) rolls back, leaving the connection clean.
-        let mut tx = self.reader.begin().await?;
-        let (plan_id, plan) = require_plan(&mut tx, plan).await?;
-        let tasks = live_tasks(&mut tx, plan_id).await?;
-        tx.commit().await?;
-        Ok((plan, tasks))
+        let mut conn = self.reader.acquire().await?;
+        let mut db = Db::lock(&mut conn).await?;
+        db.transaction("BEGIN", |db| {
+            let (plan_id, plan) = require_plan(db, plan)?;
+            Ok((plan, live_tasks(db, plan_id)?))
+        })
     }
 
     pub async fn list_tasks(&self, filter: &TaskFilter) -> Result<TaskPage, Error> {
-        let page_size = match filter.page_size {
-            0 => DEFAULT_PAGE_SIZE,
-            n => n.min(MAX_PAGE_SIZE),
-        };
-        let after = filter
-            .page_token
-            .as_deref()
-            .map(decode_page_token)
-            .transpose()?;
-        let mut tx = self.reader.begin().await?;
-        let (plan_id, plan) = require_plan(&mut tx, &filter.plan).await?;
-        let mut condition = String::from("t.plan_id = ?");
-        let mut binds = vec![plan_id.to_string()];
-        if !filter.include_archived {
-            condition.push_str(" AND t.archived_at IS NULL");
-        }
-        if !filter.statuses.is_empty() {
-            condition.push_str(" AND t.status IN (SELECT value FROM json_each(?))");
-            binds.push(json_list(&filter.statuses));
-        }
-        if !filter.kinds.is_empty() {
-            condition.push_str(" AND t.kind IN (SELECT value FROM json_each(?))");
-            binds.push(json_list(&filter.kinds));
-        }
-        if !filter.readiness.is_empty() {
-            let any: Vec<String> = filter.readiness.iter().map(|r| readiness_sql(*r)).collect();
-            condition.push_str(&format!(" AND ({})", any.join(" OR ")));
-        }
-        if let Some((position, id)) = after {
-            condition.push_str(" AND (t.position, t.id) > (?, ?)");
-            binds.push(position.to_string());
-            binds.push(id.to_string());
-        }
-        let bind_refs: Vec<&str> = binds.iter().map(String::as_str).collect();
-        let query = TaskQuery {
-            condition: &condition,
-            binds: &bind_refs,
-            order: Order::List,
-            detail: filter.detail,
-            limit: page_size as i64 + 1,
-            plan: &plan.name,
-        };
-        let mut tasks = tasks_where(&mut tx, query).await?;
-        let next_page_token = if tasks.len() > page_size {
-            tasks.truncate(page_size);
-            tasks.last().map(encode_page_token)
-        } else {
-            None
-        };
-        tx.commit().await?;
-        Ok(TaskPage {
-            tasks,
-            next_page_token,
-            plan_revision: plan.revision,
-        })
+        let mut conn = self.reader.acquire().await?;
+        let mut db = Db::lock(&mut conn).await?;
+        db.transaction("BEGIN", |db| list_tasks(db, filter))
     }
 
     /// Events in sequence order after `after_seq`, of one plan, one task, or all.
     pub async fn list_events(&self, filter: &EventFilter) -> Result<Vec<EventView>, Error> {
-        let limit = match filter.limit {
-            0 => DEFAULT_PAGE_SIZE,
-            n => n.min(MAX_PAGE_SIZE),
-        } as i64;
         let mut conn = self.reader.acquire().await?;
-        let base = format!("SELECT {EVENT_COLUMNS} FROM events e JOIN plans p ON p.id = e.plan_id");
-        let rows = if let Some(task) = filter.task {
-            // Existence check, so an unknown task is NOT_FOUND, not an empty list.
-            task_by_id(&mut conn, task).await?;
-            sqlx::query(&format!(
-                "{base} WHERE e.task_id = ? AND e.seq > ? ORDER BY e.seq LIMIT ?"
-            ))
-            .bind(task.0)
-            .bind(filter.after_seq)
-            .bind(limit)
-            .fetch_all(&mut *conn)
-            .await?
-        } else if filter.plan.is_empty() {
-            sqlx::query(&format!("{base} WHERE e.seq > ? ORDER BY e.seq LIMIT ?"))
-                .bind(filter.after_seq)
-                .bind(limit)
-                .fetch_all(&mut *conn)
-                .await?
-        } else {
-            let (plan_id, _) = require_plan(&mut conn, &filter.plan).await?;
-            sqlx::query(&format!(
-                "{base} WHERE e.plan_id = ? AND e.seq > ? ORDER BY e.seq LIMIT ?"
-            ))
-            .bind(plan_id)
-            .bind(filter.after_seq)
-            .bind(limit)
-            .fetch_all(&mut *conn)
-            .await?
-        };
-        rows.iter().map(EventView::from_row).collect()
+        let mut db = Db::lock(&mut conn).await?;
+        db.transaction("BEGIN", |db| list_events(db, filter))
     }
 }

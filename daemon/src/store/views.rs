@@ -1,11 +1,11 @@
 //! What the store hands out: plain snapshots of plans, tasks and events, decoded
 //! from rows. The API layer converts them to protobuf.
-use sqlx::sqlite::SqliteRow;
-use sqlx::Row;
-
-use super::bulk::Row as BulkRow;
+use super::sqlite::Row;
 use super::Error;
 use crate::domain::{Kind, Priority, Readiness, Status, TaskId};
+
+/// Columns `PlanView::from_row` reads.
+pub(super) const PLAN_COLUMNS: &str = "id, name, title, revision, created_at, updated_at";
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct PlanView {
@@ -17,13 +17,14 @@ pub struct PlanView {
 }
 
 impl PlanView {
-    pub(super) fn from_row(row: &SqliteRow) -> Result<PlanView, Error> {
+    /// Decodes a row of `PLAN_COLUMNS` (after the plan's id in column 0).
+    pub(super) fn from_row(row: &Row<'_>) -> Result<PlanView, Error> {
         Ok(PlanView {
-            name: row.try_get("name")?,
-            title: row.try_get("title")?,
-            revision: row.try_get("revision")?,
-            created_at: row.try_get("created_at")?,
-            updated_at: row.try_get("updated_at")?,
+            name: row.text(1)?.to_string(),
+            title: row.text(2)?.to_string(),
+            revision: row.int(3)?,
+            created_at: row.int(4)?,
+            updated_at: row.int(5)?,
         })
     }
 }
@@ -68,12 +69,9 @@ pub enum Detail {
 impl TaskView {
     /// Decodes a row of `read::task_columns`. `plan` names the plan when the
     /// row leaves it out (basic listings).
-    pub(super) fn from_bulk_row(row: &BulkRow<'_>, plan: &str) -> Result<TaskView, Error> {
+    pub(super) fn from_row(row: &Row<'_>, plan: &str) -> Result<TaskView, Error> {
         let parse = |what: &str, text: &str| Error::Corrupt(format!("unknown {what} {text:?}"));
-        let status: Status = {
-            let text = row.text(2)?;
-            text.parse().map_err(|_| parse("status", text))?
-        };
+        let status: Status = row.parsed(2, "status")?;
         // Dependencies arrive as "id:status,id:status".
         let mut deps = Vec::new();
         for pair in row
@@ -98,15 +96,9 @@ impl TaskView {
             id: TaskId(row.int(0)?),
             plan: row.opt_text(1)?.unwrap_or(plan).to_string(),
             status,
-            priority: {
-                let text = row.text(3)?;
-                text.parse().map_err(|_| parse("priority", text))?
-            },
+            priority: row.parsed(3, "priority")?,
             content: row.text(4)?.to_string(),
-            kind: {
-                let text = row.text(5)?;
-                text.parse().map_err(|_| parse("kind", text))?
-            },
+            kind: row.parsed(5, "kind")?,
             position: row.int(6)?,
             depends_on: deps.into_iter().map(|(id, _)| id).collect(),
             readiness,
@@ -145,20 +137,21 @@ pub(super) const EVENT_COLUMNS: &str = "e.seq, p.name AS plan, e.task_id, e.type
      e.to_status, e.old_value, e.new_value, e.actor, e.reason, e.at, e.plan_revision";
 
 impl EventView {
-    pub(super) fn from_row(row: &SqliteRow) -> Result<EventView, Error> {
+    pub(super) fn from_row(row: &Row<'_>) -> Result<EventView, Error> {
+        let owned = |text: Option<&str>| text.map(str::to_string);
         Ok(EventView {
-            seq: row.try_get(0)?,
-            plan: row.try_get(1)?,
-            task_id: row.try_get::<Option<i64>, _>(2)?.map(TaskId),
-            kind: row.try_get(3)?,
-            from_status: row.try_get(4)?,
-            to_status: row.try_get(5)?,
-            old_value: row.try_get(6)?,
-            new_value: row.try_get(7)?,
-            actor: row.try_get(8)?,
-            reason: row.try_get(9)?,
-            at: row.try_get(10)?,
-            plan_revision: row.try_get(11)?,
+            seq: row.int(0)?,
+            plan: row.text(1)?.to_string(),
+            task_id: row.opt_int(2)?.map(TaskId),
+            kind: row.text(3)?.to_string(),
+            from_status: owned(row.opt_text(4)?),
+            to_status: owned(row.opt_text(5)?),
+            old_value: owned(row.opt_text(6)?),
+            new_value: owned(row.opt_text(7)?),
+            actor: row.text(8)?.to_string(),
+            reason: row.text(9)?.to_string(),
+            at: row.int(10)?,
+            plan_revision: row.int(11)?,
         })
     }
 }
