@@ -381,7 +381,49 @@ async fn everything_is_there_after_a_restart() {
 async fn health_and_reflection_answer_without_the_proto_file() {
     use tonic_health_probe::*;
     let daemon = TestDaemon::start().await;
-    assert_eq!(health_status(&daemon.url()).await, 1);
+    assert_eq!(health_status(&daemon.url()).await, 1, "SERVING");
+
+    // What grpcurl and grpcio do first: list services, then fetch the file
+    // that defines the service.
+    use tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient;
+    use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
+    use tonic_reflection::pb::v1::server_reflection_response::MessageResponse;
+    use tonic_reflection::pb::v1::ServerReflectionRequest;
+    let channel = tonic::transport::Channel::from_shared(daemon.url())
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut reflection = ServerReflectionClient::new(channel);
+    let requests = [
+        MessageRequest::ListServices(String::new()),
+        MessageRequest::FileContainingSymbol("todod.v1.Todos".into()),
+    ]
+    .map(|message| ServerReflectionRequest {
+        host: String::new(),
+        message_request: Some(message),
+    });
+    let mut answers = reflection
+        .server_reflection_info(futures::stream::iter(requests))
+        .await
+        .unwrap()
+        .into_inner();
+    match answers.next().await.unwrap().unwrap().message_response {
+        Some(MessageResponse::ListServicesResponse(list)) => {
+            let names: Vec<&str> = list.service.iter().map(|s| s.name.as_str()).collect();
+            assert!(names.contains(&"todod.v1.Todos"), "{names:?}");
+            assert!(names.contains(&"grpc.health.v1.Health"), "{names:?}");
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+    match answers.next().await.unwrap().unwrap().message_response {
+        Some(MessageResponse::FileDescriptorResponse(files)) => {
+            let file = String::from_utf8_lossy(&files.file_descriptor_proto[0]).into_owned();
+            assert!(file.contains("todod/v1/todod.proto"), "{file}");
+            assert!(file.contains("WriteTodos"), "{file}");
+        }
+        other => panic!("unexpected {other:?}"),
+    }
 }
 
 mod tonic_health_probe {
