@@ -76,6 +76,17 @@ async fn bad_inputs_get_the_right_code_and_leave_the_store_unchanged() {
     c.write_todos(write_request("q", vec![item("", "d", "", "")]))
         .await
         .unwrap();
+    // t5: a phase task of p that waits for t3.
+    c.create_task(proto::CreateTaskRequest {
+        plan: "p".into(),
+        content: "generate".into(),
+        kind: "generation".into(),
+        spec_json: "{}".into(),
+        depends_on: vec!["t3".into()],
+        ..Default::default()
+    })
+    .await
+    .unwrap();
     let revision = c
         .get_plan(proto::GetPlanRequest {
             name: "p".into(),
@@ -111,7 +122,13 @@ async fn bad_inputs_get_the_right_code_and_leave_the_store_unchanged() {
         ("self dependency", write(vec![item("t1", "a", "", ""), item("t2", "b", "", ""), with_deps(item("t3", "c", "", ""), &["t3"])]), Code::InvalidArgument, "depends_on"),
         ("cycle in a list", write(vec![with_deps(item("t1", "a", "", ""), &["t3"]), item("t2", "b", "", ""), with_deps(item("t3", "c", "", ""), &["t2"])]), Code::FailedPrecondition, "cycle"),
         ("cross-plan id", write(vec![item("t4", "d", "", "")]), Code::InvalidArgument, "plan \"q\""),
-        ("cross-plan dependency", write(vec![item("t1", "a", "", ""), item("t2", "b", "", ""), with_deps(item("t3", "c", "", ""), &["t4"])]), Code::InvalidArgument, "not a task of this plan"),
+        ("cross-plan dependency", write(vec![item("t1", "a", "", ""), item("t2", "b", "", ""), with_deps(item("t3", "c", "", ""), &["t4"])]), Code::InvalidArgument, "todos[2].depends_on[0]: t4 belongs to plan \"q\""),
+        ("dependency on a missing task", write(vec![item("t1", "a", "", ""), item("t2", "b", "", ""), with_deps(item("t3", "c", "", ""), &["t999"])]), Code::NotFound, "t999 (todos[2].depends_on[0])"),
+        ("leaving out what a phase task waits for", write(vec![item("t1", "a", "", ""), item("t2", "b", "", "")]), Code::FailedPrecondition, "phase task t5 depends on it"),
+        ("refused write to a new plan", Call::Write(write_request("fresh", vec![item("", "x", "failed", "")])), Code::FailedPrecondition, "only a task in progress can fail"),
+        ("huge unknown status", write(vec![item("", "a", &"x".repeat(100_000), "")]), Code::InvalidArgument, "todos[0].status"),
+        ("spec on a plain task", Call::CreateTask(proto::CreateTaskRequest { plan: "p".into(), content: "x".into(), spec_json: "{}".into(), ..Default::default() }), Code::InvalidArgument, "spec_json: plain (todo) tasks take no spec"),
+        ("event of a task in another plan", Call::ListEvents(proto::ListEventsRequest { plan: "q".into(), task_id: "t1".into(), ..Default::default() }), Code::NotFound, "t1 in plan q"),
         ("illegal transition", write(vec![item("t1", "a", "", ""), item("t2", "b", "", ""), item("t3", "c", "failed", "")]), Code::FailedPrecondition, "only a task in progress can fail"),
         ("start with unfinished dependency", write(vec![item("t1", "a", "", ""), item("t2", "b", "", ""), with_deps(item("t3", "c", "in_progress", ""), &["t2"])]), Code::FailedPrecondition, "blocked by t2"),
         ("reopen under a started dependent", write(vec![item("t1", "a", "pending", ""), item("t2", "b", "", ""), item("t3", "c", "", "")]), Code::FailedPrecondition, "dependents have started"),
@@ -136,12 +153,12 @@ async fn bad_inputs_get_the_right_code_and_leave_the_store_unchanged() {
         ("transition without target", transition("t3", ""), Code::InvalidArgument, "to"),
         ("cancel completed work", transition("t1", "cancelled"), Code::FailedPrecondition, "reopen it first"),
         ("reopen under started dependent", transition("t1", "pending"), Code::FailedPrecondition, "t2 (in_progress)"),
-        ("complete a failed-free pending with deps", Call::Transition(proto::TransitionTaskRequest { id: "t3".into(), to: "completed".into(), expected_revision: revision + 3, ..Default::default() }), Code::Aborted, "revision"),
+        ("stale revision on a transition", Call::Transition(proto::TransitionTaskRequest { id: "t3".into(), to: "completed".into(), expected_revision: revision + 3, ..Default::default() }), Code::Aborted, "revision"),
         ("self edge", Call::AddDep(dep("t3", "t3")), Code::InvalidArgument, "itself"),
         ("cross-plan edge", Call::AddDep(dep("t3", "t4")), Code::InvalidArgument, "plan"),
         ("edge to missing task", Call::AddDep(dep("t3", "t404")), Code::NotFound, "t404"),
         ("cycle edge", Call::AddDep(dep("t1", "t2")), Code::FailedPrecondition, "cycle"),
-        ("started task gains unfinished dependency", Call::AddDep(dep("t2", "t3")), Code::FailedPrecondition, "t3 (pending)"),
+        ("started task gains unfinished dependency", Call::AddDep(dep("t2", "t3")), Code::FailedPrecondition, "t2 is in_progress, so it cannot depend on t3, which is pending"),
         ("remove missing edge", Call::RemoveDep(dep("t3", "t1")), Code::NotFound, "t3 -> t1"),
         ("unknown plan", Call::GetPlan(proto::GetPlanRequest { name: "ghost".into(), highlight_limit: 0 }), Code::NotFound, "ghost"),
         ("malformed task id", Call::GetTask(proto::GetTaskRequest { id: "'; DROP TABLE tasks".into() }), Code::InvalidArgument, "id"),
@@ -167,6 +184,11 @@ async fn bad_inputs_get_the_right_code_and_leave_the_store_unchanged() {
             !err.message().to_lowercase().contains("sqlite"),
             "{name}: leaks internals: {}",
             err.message()
+        );
+        assert!(
+            err.message().len() < 1024,
+            "{name}: a {}-byte message echoes too much input",
+            err.message().len()
         );
         assert_eq!(snapshot(&mut c).await, before, "{name}: the store changed");
     }

@@ -272,12 +272,12 @@ fn write_list_and_status_like_an_agent() {
     assert!(created.iter().all(|id| is_task_id(id)), "{created:?}");
     assert_eq!(ids(&first["todos"]), created);
     assert_eq!(first["plan"]["name"], plan);
-    assert_eq!(first["plan"]["revision"], 1);
+    assert_eq!(first["plan"]["revision"], 2);
     let [read, fix, tests, changelog] = <[String; 4]>::try_from(created).expect("four");
 
     let listed = env.json(&["list", "-p", plan]);
     assert_eq!(listed["plan"], plan);
-    assert_eq!(listed["plan_revision"], 1);
+    assert_eq!(listed["plan_revision"], 2);
     let tasks = &listed["tasks"];
     assert_eq!(
         ids(tasks),
@@ -329,7 +329,7 @@ fn write_list_and_status_like_an_agent() {
         ids(&second["todos"]),
         [read.as_str(), fix.as_str(), tests.as_str(), review.as_str()]
     );
-    assert_eq!(second["plan"]["revision"], 2);
+    assert_eq!(second["plan"]["revision"], 3);
 
     let listed = env.json(&["list", "-p", plan]);
     let tasks = &listed["tasks"];
@@ -368,7 +368,7 @@ fn write_list_and_status_like_an_agent() {
     let status = env.ok(&["status", plan]);
     let lines: Vec<&str> = status.lines().collect();
     assert!(
-        lines[0].starts_with(&format!("plan {plan}  revision 2")),
+        lines[0].starts_with(&format!("plan {plan}  revision 3")),
         "{status}"
     );
     assert!(
@@ -400,7 +400,7 @@ fn write_list_and_status_like_an_agent() {
 
     let summary = env.json(&["status", plan]);
     assert_eq!(summary["plan"]["name"], plan);
-    assert_eq!(summary["plan"]["revision"], 2);
+    assert_eq!(summary["plan"]["revision"], 3);
     assert_eq!(summary["total"], 4);
     assert_eq!(count(&summary, "pending"), 2);
     assert_eq!(count(&summary, "in_progress"), 1);
@@ -427,7 +427,7 @@ fn write_list_and_status_like_an_agent() {
     // `read --json` prints the very shape `write` takes: a round trip that
     // names every task by id keeps the list as it is.
     let read_back = env.json(&["read", "-p", plan]);
-    assert_eq!(read_back["revision"], 2);
+    assert_eq!(read_back["revision"], 3);
     let again = env.write(plan, &json!({"todos": read_back["todos"]}));
     assert_eq!(
         ids(&again["todos"]),
@@ -436,7 +436,7 @@ fn write_list_and_status_like_an_agent() {
     assert!(strings(&again["created"]).is_empty());
     assert!(strings(&again["archived"]).is_empty());
     assert_eq!(
-        again["plan"]["revision"], 2,
+        again["plan"]["revision"], 3,
         "a no-op write is not a change"
     );
     assert_eq!(
@@ -1381,7 +1381,8 @@ fn bad_write_input_exits_2_and_changes_nothing() {
         plan,
         &json!([{"content": "Keep me", "status": "in_progress"}, {"content": "Me too"}]),
     );
-    assert_eq!(out["plan"]["revision"], 1);
+    // Revision 1 is the plan's creation, 2 the write.
+    assert_eq!(out["plan"]["revision"], 2);
     let before = env.snapshot();
 
     for (what, input, words) in bad_inputs() {
@@ -1398,7 +1399,7 @@ fn bad_write_input_exits_2_and_changes_nothing() {
     run.refused(2);
 
     assert_eq!(env.snapshot(), before, "the store is unchanged");
-    assert_eq!(env.json(&["status", plan])["plan"]["revision"], 1);
+    assert_eq!(env.json(&["status", plan])["plan"]["revision"], 2);
     env.run(&["status", "brand-new-plan"]).refused(3);
 }
 
@@ -1584,7 +1585,7 @@ fn plans_can_be_created_listed_and_shown() {
     );
     let p = env.json(&["plan", "create", "q4"]);
     assert_eq!(p["name"], "q4");
-    assert_eq!(p["revision"], 0, "a new plan has had no change yet");
+    assert_eq!(p["revision"], 1, "creating the plan is its first change");
     env.add("q3", "Ship it", &[]);
 
     let table = env.ok(&["plan", "list"]);

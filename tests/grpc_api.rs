@@ -37,7 +37,8 @@ async fn agent_write_round_trip_matches_by_content_and_archives_missing_items() 
         .insert("x-todod-client", "opencode".parse().unwrap());
     let first = c.write_todos(req).await.unwrap().into_inner();
     assert_eq!(first.created.len(), 3);
-    assert_eq!(first.plan.as_ref().unwrap().revision, 1);
+    // Creating the plan is revision 1; the write that created it, 2.
+    assert_eq!(first.plan.as_ref().unwrap().revision, 2);
     let ids: Vec<String> = first.todos.iter().map(|t| t.id.clone()).collect();
     assert_eq!(first.todos[2].priority, "medium");
     assert_eq!(first.todos[2].readiness, "ready");
@@ -59,7 +60,7 @@ async fn agent_write_round_trip_matches_by_content_and_archives_missing_items() 
     assert_eq!(second.todos.len(), 2);
     assert_eq!(second.todos[0].id, ids[0]);
     assert_eq!(second.todos[0].status, "completed");
-    assert_eq!(second.plan.as_ref().unwrap().revision, 2);
+    assert_eq!(second.plan.as_ref().unwrap().revision, 3);
 
     // The archived task keeps its history and is visible when asked for.
     let archived = c
@@ -95,7 +96,7 @@ async fn agent_write_round_trip_matches_by_content_and_archives_missing_items() 
         .await
         .unwrap()
         .into_inner();
-    assert_eq!(again.plan.unwrap().revision, 2);
+    assert_eq!(again.plan.unwrap().revision, 3);
 
     // Listing it again by id restores the archived task.
     let restored = c

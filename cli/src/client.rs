@@ -155,10 +155,12 @@ impl Connector {
                     .map_err(unreachable)?
             }
         };
-        Ok(TodosClient::with_interceptor(
-            channel,
-            self.metadata.clone(),
-        ))
+        // Answers for big plans (ReadTodos, full listings) can be large; the
+        // daemon bounds them, so the client need not.
+        Ok(
+            TodosClient::with_interceptor(channel, self.metadata.clone())
+                .max_decoding_message_size(todod::api::MAX_RESPONSE_BYTES),
+        )
     }
 }
 

@@ -471,11 +471,14 @@ async fn unauthenticated_and_unreachable() {
         text(&out.stderr)
     );
 
-    let out = run("http://127.0.0.1:9", &["status"], None).await;
+    // A socket path that cannot exist: nothing can be listening there.
+    let missing = tempfile::tempdir().unwrap();
+    let addr = format!("unix:{}", missing.path().join("no.sock").display());
+    let out = run(&addr, &["status"], None).await;
     assert_eq!(out.status.code(), Some(5));
     let stderr = text(&out.stderr);
     assert!(
-        stderr.starts_with("todoctl: cannot reach todod at http://127.0.0.1:9: "),
+        stderr.starts_with(&format!("todoctl: cannot reach todod at {addr}: ")),
         "{stderr}"
     );
     assert!(

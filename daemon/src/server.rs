@@ -40,6 +40,9 @@ pub struct Options {
     pub token: Option<String>,
 }
 
+/// How long calls in flight may run once shutdown has begun.
+const DRAIN_DEADLINE: std::time::Duration = std::time::Duration::from_secs(10);
+
 type Routes = Router<Stack<InterceptorLayer<BearerAuth>, Identity>>;
 
 /// One router per listener: tonic's `Router` is not `Clone`, its services are.
@@ -54,6 +57,7 @@ fn router<H: Health>(
             .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
     };
     Ok(Server::builder()
+        .trace_fn(|request| tracing::info_span!("grpc", method = %request.uri().path()))
         .layer(tonic::service::interceptor(auth.clone()))
         .add_service(health.clone())
         .add_service(reflection().build_v1()?)
@@ -70,16 +74,21 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), Error> {
     let (stop_tx, stop_rx) = watch::channel(false);
+    let (mut reporter, health) = tonic_health::server::health_reporter();
+    reporter.set_serving::<TodosServer<TodoService>>().await;
+    let mut stopping_reporter = reporter.clone();
     tokio::spawn(async move {
         shutdown.await;
+        // Tell health checkers first, then stop accepting and end the streams.
+        stopping_reporter
+            .set_not_serving::<TodosServer<TodoService>>()
+            .await;
         let _ = stop_tx.send(true);
     });
     let stopped = |mut rx: watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|stop| *stop).await;
     };
 
-    let (mut reporter, health) = tonic_health::server::health_reporter();
-    reporter.set_serving::<TodosServer<TodoService>>().await;
     let todos = TodosServer::new(TodoService::new(store, stop_rx.clone()))
         .max_decoding_message_size(MAX_REQUEST_BYTES)
         .max_encoding_message_size(MAX_RESPONSE_BYTES);
@@ -103,9 +112,24 @@ pub async fn run(
     if servers.is_empty() {
         return Err(Error::Listener("no listener to serve on".into()));
     }
-    while let Some(result) = servers.join_next().await {
-        result.map_err(|e| Error::Listener(e.to_string()))??;
+    // Once shutdown starts, calls in flight get DRAIN_DEADLINE to finish.
+    let mut stop = stop_rx.clone();
+    let drained = async {
+        let _ = stop.wait_for(|stop| *stop).await;
+        tokio::time::sleep(DRAIN_DEADLINE).await;
+    };
+    tokio::pin!(drained);
+    loop {
+        tokio::select! {
+            next = servers.join_next() => match next {
+                Some(result) => result.map_err(|e| Error::Listener(e.to_string()))??,
+                None => return Ok(()),
+            },
+            _ = &mut drained => {
+                tracing::warn!("calls still running {DRAIN_DEADLINE:?} after shutdown began; stopping anyway");
+                servers.abort_all();
+                return Ok(());
+            }
+        }
     }
-    reporter.set_not_serving::<TodosServer<TodoService>>().await;
-    Ok(())
 }

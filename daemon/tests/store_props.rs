@@ -182,7 +182,7 @@ async fn run(ops: Vec<Op>) {
             "dependency_removed" => assert!(r.deps.remove(e.old_value.as_ref().unwrap())),
             "archived" => r.archived = true,
             "restored" => r.archived = false,
-            "priority_changed" | "spec_changed" => {}
+            "priority_changed" | "spec_changed" | "moved" => {}
             other => panic!("unknown event {other}"),
         }
     }

@@ -31,6 +31,8 @@ impl From<Rule> for Status {
             Rule::IllegalTransition { .. }
             | Rule::Blocked { .. }
             | Rule::DependentsStarted { .. }
+            | Rule::StartedOnUnfinished { .. }
+            | Rule::KeptByDependent { .. }
             | Rule::Cycle { .. }
             | Rule::Archived { .. } => Code::FailedPrecondition,
             Rule::StaleRevision { .. } => Code::Aborted,

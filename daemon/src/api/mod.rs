@@ -347,9 +347,20 @@ impl Todos for TodoService {
                 after_seq: req.after_seq,
                 limit: WATCH_BATCH,
             };
+            // Every wait below also watches for shutdown, so a watcher that is
+            // catching up or not reading cannot hold the daemon open.
+            let stopping =
+                || Status::unavailable("todod is shutting down; reconnect with after_seq");
             loop {
                 committed.borrow_and_update();
-                let events = match store.list_events(&filter).await {
+                let events = tokio::select! {
+                    events = store.list_events(&filter) => events,
+                    _ = shutdown.wait_for(|stop| *stop) => {
+                        let _ = tx.try_send(Err(stopping()));
+                        return;
+                    }
+                };
+                let events = match events {
                     Ok(events) => events,
                     Err(error) => {
                         let _ = tx.send(Err(error.into())).await;
@@ -358,15 +369,25 @@ impl Todos for TodoService {
                 };
                 let caught_up = events.len() < WATCH_BATCH;
                 for event in events {
-                    filter.after_seq = event.seq;
-                    if tx.send(Ok(convert::event(event))).await.is_err() {
-                        return; // the watcher went away
+                    let seq = event.seq;
+                    tokio::select! {
+                        sent = tx.send(Ok(convert::event(event))) => if sent.is_err() {
+                            return; // the watcher went away
+                        },
+                        _ = shutdown.wait_for(|stop| *stop) => {
+                            let _ = tx.try_send(Err(stopping()));
+                            return;
+                        }
                     }
+                    filter.after_seq = seq;
                 }
                 if caught_up {
                     tokio::select! {
                         changed = committed.changed() => if changed.is_err() { return },
-                        _ = shutdown.wait_for(|stop| *stop) => return,
+                        _ = shutdown.wait_for(|stop| *stop) => {
+                            let _ = tx.try_send(Err(stopping()));
+                            return;
+                        }
                         _ = tx.closed() => return,
                     }
                 }

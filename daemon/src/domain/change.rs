@@ -28,10 +28,11 @@ pub enum Change {
         old: Option<String>,
         new: Option<String>,
     },
-    /// Position in the list; not an event of its own, since reordering is noise.
+    /// Position in the list.
     Moved {
         id: TaskId,
-        position: i64,
+        from: i64,
+        to: i64,
     },
     StatusChanged {
         id: TaskId,

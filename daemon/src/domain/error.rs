@@ -40,12 +40,28 @@ pub enum Error {
         dependents: Vec<(TaskId, Status)>,
     },
 
+    /// A started task may only depend on completed work.
+    #[error("{task} is {status}, so it cannot depend on {depends_on}, which is {dep_status}")]
+    StartedOnUnfinished {
+        task: TaskId,
+        status: Status,
+        depends_on: TaskId,
+        dep_status: Status,
+    },
+
     #[error("dependency {task} -> {depends_on} would close a cycle: {}", path(.cycle))]
     Cycle {
         task: TaskId,
         depends_on: TaskId,
         cycle: Vec<TaskId>,
     },
+
+    /// A list left out a task that a phase task still depends on.
+    #[error(
+        "{task} is left out of the list, but phase task {dependent} depends on it; \
+             list it, or remove the dependency first"
+    )]
+    KeptByDependent { task: TaskId, dependent: TaskId },
 
     /// Archived tasks keep their history but take no changes until restored.
     #[error("{task} is archived; list it again in WriteTodos to restore it")]

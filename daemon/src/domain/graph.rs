@@ -154,7 +154,8 @@ impl Graph {
             .collect()
     }
 
-    fn started_dependents(&self, id: TaskId) -> Vec<(TaskId, Status)> {
+    /// Dependents that are in_progress or completed.
+    pub fn started_dependents(&self, id: TaskId) -> Vec<(TaskId, Status)> {
         self.dependents(id)
             .filter_map(|d| self.status(d).map(|s| (d, s)))
             .filter(|(_, s)| s.is_started())
@@ -229,11 +230,11 @@ impl Graph {
         }
         let status = self.status(task).expect("checked above");
         if status.is_started() && dep_status != Status::Completed {
-            return Err(Error::Blocked {
+            return Err(Error::StartedOnUnfinished {
                 task,
-                from: status,
-                to: status,
-                blockers: vec![(depends_on, dep_status)],
+                status,
+                depends_on,
+                dep_status,
             });
         }
         Ok(())
@@ -396,7 +397,10 @@ mod tests {
         g.insert(t(4), Pending);
         g.transition(t(1), Completed).unwrap();
         g.transition(t(2), InProgress).unwrap();
-        assert!(matches!(g.add_edge(t(2), t(4)), Err(Error::Blocked { .. })));
+        assert!(matches!(
+            g.add_edge(t(2), t(4)),
+            Err(Error::StartedOnUnfinished { .. })
+        ));
     }
 
     #[test]

@@ -29,8 +29,9 @@ impl TaskId {
             _ => Err(Error::invalid(
                 field,
                 format!(
-                    "{text:?} is not a task id of this server (ids look like t42; \
-                     leave id empty for a new item)"
+                    "{:?} is not a task id of this server (ids look like t42; \
+                     leave id empty for a new item)",
+                    clip(text)
                 ),
             )),
         }
@@ -65,7 +66,7 @@ macro_rules! string_enum {
                 text.parse().map_err(|_| {
                     let expected: Vec<&str> = Self::ALL.iter().map(|v| v.as_str()).collect();
                     Error::invalid(field, format!(
-                        "unknown {} {:?}; expected one of {}", $what, text, expected.join(", ")
+                        "unknown {} {:?}; expected one of {}", $what, clip(text), expected.join(", ")
                     ))
                 })
             }
@@ -132,6 +133,18 @@ string_enum!(
     Blocked => "blocked",
     BlockedByFailure => "blocked_by_failure",
 });
+
+/// At most this much of a bad value is echoed back in an error message.
+const ECHO_CHARS: usize = 64;
+
+/// Cuts a client's value for quoting in an error, so that a megabyte of bad
+/// input does not become a megabyte of error message.
+pub fn clip(text: &str) -> String {
+    match text.char_indices().nth(ECHO_CHARS) {
+        Some((cut, _)) => format!("{}...", &text[..cut]),
+        None => text.to_string(),
+    }
+}
 
 /// Longest task content accepted, in bytes.
 pub const MAX_CONTENT_BYTES: usize = 4096;

@@ -8,6 +8,12 @@ use super::Error;
 /// no spec.
 pub fn validate(field: &str, kind: Kind, spec: &str) -> Result<Option<String>, Error> {
     let spec = spec.trim();
+    if !kind.is_phase() && !spec.is_empty() {
+        return Err(Error::invalid(
+            field,
+            "plain (todo) tasks take no spec; only phase kinds do",
+        ));
+    }
     if spec.is_empty() {
         return if kind.is_phase() {
             Err(Error::invalid(
@@ -49,5 +55,6 @@ mod tests {
             Some("{\"a\":1}".to_string())
         );
         assert_eq!(validate("spec_json", Kind::Todo, "").unwrap(), None);
+        assert!(validate("spec_json", Kind::Todo, "{}").is_err());
     }
 }

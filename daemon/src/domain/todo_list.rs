@@ -107,7 +107,11 @@ pub fn reconcile(stored: &[StoredTask], items: &[TodoItem]) -> Result<ListWrite,
                     });
                 }
                 if task.position != position {
-                    out.changes.push(Change::Moved { id: *id, position });
+                    out.changes.push(Change::Moved {
+                        id: *id,
+                        from: task.position,
+                        to: position,
+                    });
                 }
                 if let Some(to) = item.status.filter(|s| *s != task.status) {
                     targets.push((index, *id, task.status, to));
@@ -118,10 +122,22 @@ pub fn reconcile(stored: &[StoredTask], items: &[TodoItem]) -> Result<ListWrite,
         out.resolved.push(id);
     }
 
-    // Plain tasks the agent left out are archived, with their edges.
+    // Plain tasks the agent left out are archived, with their edges. A phase
+    // task that depends on one would lose a dependency it was waiting for and
+    // could start early, so that is refused.
     let listed: BTreeSet<TaskId> = out.resolved.iter().copied().collect();
+    let kinds: BTreeMap<TaskId, Kind> = stored.iter().map(|t| (t.id, t.kind)).collect();
     for task in stored.iter().filter(|t| !t.archived && !t.kind.is_phase()) {
         if !listed.contains(&task.id) {
+            if let Some(phase) = graph
+                .dependents(task.id)
+                .find(|d| kinds.get(d).is_some_and(|k| k.is_phase()))
+            {
+                return Err(Error::KeptByDependent {
+                    task: task.id,
+                    dependent: phase,
+                });
+            }
             for (id, depends_on) in graph.remove(task.id) {
                 out.changes
                     .push(Change::DependencyRemoved { id, depends_on });
@@ -192,11 +208,7 @@ pub fn reconcile(stored: &[StoredTask], items: &[TodoItem]) -> Result<ListWrite,
     }
     for &(_, id, from, to) in &targets {
         if from == Status::Completed && to != Status::Completed {
-            let dependents: Vec<(TaskId, Status)> = graph
-                .dependents(id)
-                .filter_map(|d| graph.status(d).map(|s| (d, s)))
-                .filter(|(_, s)| s.is_started())
-                .collect();
+            let dependents = graph.started_dependents(id);
             if !dependents.is_empty() {
                 return Err(Error::DependentsStarted {
                     task: id,
@@ -212,13 +224,22 @@ pub fn reconcile(stored: &[StoredTask], items: &[TodoItem]) -> Result<ListWrite,
         .map(|&(_, id, from, to)| (id, (from, to)))
         .collect();
     if let Some((task, blockers)) = graph.violations().into_iter().next() {
-        let to = graph.status(task).expect("violations come from the graph");
-        let from = started_now.get(&task).map_or(to, |(from, _)| *from);
-        return Err(Error::Blocked {
-            task,
-            from,
-            to,
-            blockers,
+        let status = graph.status(task).expect("violations come from the graph");
+        return Err(match started_now.get(&task) {
+            // The task was asked to start or complete.
+            Some((from, to)) => Error::Blocked {
+                task,
+                from: *from,
+                to: *to,
+                blockers,
+            },
+            // It had started already and the list gave it a new dependency.
+            None => Error::StartedOnUnfinished {
+                task,
+                status,
+                depends_on: blockers[0].0,
+                dep_status: blockers[0].1,
+            },
         });
     }
     Ok(out)

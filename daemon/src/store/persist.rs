@@ -32,7 +32,7 @@ pub(super) fn record_plan_created(
 ) -> Result<i64, Error> {
     db.query_row(
         "INSERT INTO events (plan_id, type, actor, reason, at, plan_revision) \
-         VALUES (?, 'plan_created', ?, ?, ?, 0) RETURNING seq",
+         VALUES (?, 'plan_created', ?, ?, ?, 1) RETURNING seq",
         &[
             plan_id.into(),
             (&ctx.actor).into(),
@@ -171,12 +171,13 @@ pub(super) fn apply(
                     ..EventFields::of("spec_changed")
                 }
             }
-            Change::Moved { id, position } => {
-                db.execute(
-                    "UPDATE tasks SET position = ? WHERE id = ?",
-                    &[(*position).into(), applied.real(*id).0.into()],
-                )?;
-                continue;
+            Change::Moved { id, from, to } => {
+                update_task(db, applied.real(*id), "position = ?", &[(*to).into()], now)?;
+                EventFields {
+                    old_value: Some(from.to_string()),
+                    new_value: Some(to.to_string()),
+                    ..EventFields::of("moved")
+                }
             }
             Change::StatusChanged { id, from, to } => {
                 // started_at marks the latest start; finished_at the latest end.

@@ -4,7 +4,7 @@
 //! answer must be consistent.
 use std::collections::HashMap;
 
-use super::sqlite::{Db, Param};
+use super::sqlite::{blocking, Db, Param};
 use super::views::{Detail, EVENT_COLUMNS, PLAN_COLUMNS};
 use super::{Error, EventView, PlanSummary, PlanView, Store, TaskPage, TaskView};
 use crate::domain::{self, Kind, Readiness, Status, TaskId};
@@ -17,12 +17,13 @@ const HAS_FAILED_DEP: &str = "EXISTS (SELECT 1 FROM dependencies d JOIN tasks u 
      ON u.id = d.depends_on WHERE d.task_id = t.id AND u.status IN ('failed', 'cancelled'))";
 
 fn readiness_sql(readiness: Readiness) -> String {
+    let pending = "t.status = 'pending' AND t.archived_at IS NULL";
     match readiness {
-        Readiness::Ready => format!("(t.status = 'pending' AND NOT {HAS_INCOMPLETE_DEP})"),
+        Readiness::Ready => format!("({pending} AND NOT {HAS_INCOMPLETE_DEP})"),
         Readiness::Blocked => {
-            format!("(t.status = 'pending' AND {HAS_INCOMPLETE_DEP} AND NOT {HAS_FAILED_DEP})")
+            format!("({pending} AND {HAS_INCOMPLETE_DEP} AND NOT {HAS_FAILED_DEP})")
         }
-        Readiness::BlockedByFailure => format!("(t.status = 'pending' AND {HAS_FAILED_DEP})"),
+        Readiness::BlockedByFailure => format!("({pending} AND {HAS_FAILED_DEP})"),
     }
 }
 
@@ -314,28 +315,28 @@ fn list_events(db: &mut Db, filter: &EventFilter) -> Result<Vec<EventView>, Erro
         n => n.min(MAX_PAGE_SIZE),
     } as i64;
     let base = format!("SELECT {EVENT_COLUMNS} FROM events e JOIN plans p ON p.id = e.plan_id");
-    let (sql, scope) = if let Some(task) = filter.task {
-        // Existence check, so an unknown task is NOT_FOUND, not an empty list.
-        task_by_id(db, task)?;
-        (
-            format!("{base} WHERE e.task_id = ?1 AND e.seq > ?2 ORDER BY e.seq LIMIT ?3"),
-            task.0,
-        )
+    let after = [filter.after_seq.into(), limit.into()];
+    let (scope, id) = if let Some(task) = filter.task {
+        // Existence check, so an unknown task is NOT_FOUND, not an empty list;
+        // with a plan too, the task must be one of the plan's.
+        let found = task_by_id(db, task)?;
+        if !filter.plan.is_empty() && found.plan != filter.plan {
+            return Err(domain::Error::NotFound {
+                what: "task",
+                id: format!("{task} in plan {}", filter.plan),
+            }
+            .into());
+        }
+        ("e.task_id = ? AND", Some(task.0))
     } else if filter.plan.is_empty() {
-        (
-            format!("{base} WHERE ?1 = 0 AND e.seq > ?2 ORDER BY e.seq LIMIT ?3"),
-            0,
-        )
+        ("", None)
     } else {
-        let (plan_id, _) = require_plan(db, &filter.plan)?;
-        (
-            format!("{base} WHERE e.plan_id = ?1 AND e.seq > ?2 ORDER BY e.seq LIMIT ?3"),
-            plan_id,
-        )
+        ("e.plan_id = ? AND", Some(require_plan(db, &filter.plan)?.0))
     };
+    let params: Vec<Param> = id.map(Param::Int).into_iter().chain(after).collect();
     db.query(
-        &sql,
-        &[scope.into(), filter.after_seq.into(), limit.into()],
+        &format!("{base} WHERE {scope} e.seq > ? ORDER BY e.seq LIMIT ?"),
+        &params,
         EventView::from_row,
     )
 }
@@ -376,16 +377,18 @@ impl Store {
     pub async fn read_todos(&self, plan: &str) -> Result<(PlanView, Vec<TaskView>), Error> {
         let mut conn = self.reader.acquire().await?;
         let mut db = Db::lock(&mut conn).await?;
-        db.transaction("BEGIN", |db| {
-            let (plan_id, plan) = require_plan(db, plan)?;
-            Ok((plan, live_tasks(db, plan_id)?))
+        blocking(|| {
+            db.transaction("BEGIN", |db| {
+                let (plan_id, plan) = require_plan(db, plan)?;
+                Ok((plan, live_tasks(db, plan_id)?))
+            })
         })
     }
 
     pub async fn list_tasks(&self, filter: &TaskFilter) -> Result<TaskPage, Error> {
         let mut conn = self.reader.acquire().await?;
         let mut db = Db::lock(&mut conn).await?;
-        db.transaction("BEGIN", |db| list_tasks(db, filter))
+        blocking(|| db.transaction("BEGIN", |db| list_tasks(db, filter)))
     }
 
     /// Events in sequence order after `after_seq`, of one plan, one task, or all.

@@ -19,6 +19,17 @@ use sqlx::SqliteConnection;
 
 use super::Error;
 
+/// Runs `work`, which blocks on SQLite (a commit's fsync, a large listing),
+/// without stalling the other tasks of its tokio worker: on a multi-threaded
+/// runtime the worker's queue moves to another thread meanwhile.
+pub(super) fn blocking<T>(work: impl FnOnce() -> T) -> T {
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    match Handle::try_current().map(|h| h.runtime_flavor()) {
+        Ok(RuntimeFlavor::MultiThread) => tokio::task::block_in_place(work),
+        _ => work(),
+    }
+}
+
 /// A bound parameter.
 #[derive(Debug, Clone, Copy)]
 pub(super) enum Param<'a> {
@@ -91,6 +102,14 @@ impl<'c> Db<'c> {
             },
             _ => return Err(self.error()),
         };
+        // SAFETY: plain read of a prepared statement's parameter count.
+        let expected = unsafe { ffi::sqlite3_bind_parameter_count(statement.raw.as_ptr()) };
+        if expected as usize != params.len() {
+            return Err(Error::Sqlite(format!(
+                "statement takes {expected} parameters, {} given",
+                params.len()
+            )));
+        }
         for (i, param) in params.iter().enumerate() {
             statement.bind(i + 1, *param)?;
         }
@@ -149,22 +168,38 @@ impl<'c> Db<'c> {
         begin: &str,
         body: impl FnOnce(&mut Db<'c>) -> Result<T, Error>,
     ) -> Result<T, Error> {
+        self.rollback_if_open();
         self.execute(begin, &[])?;
         let result = body(self).and_then(|value| {
             self.execute("COMMIT", &[])?;
             Ok(value)
         });
-        if result.is_err() && !self.autocommit() {
-            // Ignoring a rollback failure is safe: SQLite rolls back any
-            // transaction still open when the connection is next used or closed.
-            let _ = self.execute("ROLLBACK", &[]);
+        if result.is_err() {
+            self.rollback_if_open();
         }
         result
+    }
+
+    /// Ends a transaction left open (by an error, or by a panic unwinding
+    /// through `transaction`), so the pooled connection never carries one into
+    /// its next use.
+    fn rollback_if_open(&mut self) {
+        if !self.autocommit() {
+            if let Err(error) = self.execute("ROLLBACK", &[]) {
+                tracing::error!(%error, "ROLLBACK failed");
+            }
+        }
     }
 
     fn autocommit(&self) -> bool {
         // SAFETY: plain read of the connection's transaction state.
         unsafe { ffi::sqlite3_get_autocommit(self.raw) != 0 }
+    }
+}
+
+impl Drop for Db<'_> {
+    fn drop(&mut self) {
+        self.rollback_if_open();
     }
 }
 
@@ -250,7 +285,8 @@ impl Row<'_> {
                 _ => {
                     let text = ffi::sqlite3_column_text(stmt, i);
                     if text.is_null() {
-                        return Ok(Value::Text(""));
+                        // NULL text for a non-NULL column means SQLite ran out of memory.
+                        return Err(Error::Sqlite(format!("column {index}: out of memory")));
                     }
                     let len = ffi::sqlite3_column_bytes(stmt, i) as usize;
                     std::str::from_utf8(std::slice::from_raw_parts(text, len))

@@ -39,7 +39,7 @@ pub struct TaskView {
     pub kind: Kind,
     pub position: i64,
     pub depends_on: Vec<TaskId>,
-    /// `None` unless pending.
+    /// `None` unless pending and live.
     pub readiness: Option<Readiness>,
     pub blocked_by: Vec<TaskId>,
     pub spec: Option<String>,
@@ -87,9 +87,11 @@ impl TaskView {
             let dep_status: Status = dep_status.parse().map_err(|_| parse("status", pair))?;
             deps.push((TaskId(id), dep_status));
         }
+        let archived = row.opt_int(12)?.is_some();
+        // An archived task is out of the plan: it waits for nothing.
         let (readiness, blocked_by) = match crate::domain::readiness(status, deps.iter().copied()) {
-            Some((readiness, blockers)) => (Some(readiness), blockers),
-            None => (None, Vec::new()),
+            Some((readiness, blockers)) if !archived => (Some(readiness), blockers),
+            _ => (None, Vec::new()),
         };
         let owned = |text: Option<&str>| text.map(str::to_string);
         Ok(TaskView {
@@ -108,7 +110,7 @@ impl TaskView {
             result: owned(row.opt_text(9)?),
             error: owned(row.opt_text(10)?),
             revision: row.int(11)?,
-            archived: row.opt_int(12)?.is_some(),
+            archived,
             created_at: row.opt_int(13)?,
             updated_at: row.opt_int(14)?,
             started_at: row.opt_int(15)?,

@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 
 use super::persist;
 use super::read::{live_tasks, plan_by_id, plan_by_name, require_plan, task_by_id};
-use super::sqlite::Db;
+use super::sqlite::{blocking, Db};
 use super::{now_ms, Error, PlanView, Store, TaskView, WriteContext};
 use crate::domain::todo_list::{self, StoredTask, TodoItem};
 use crate::domain::{self, spec, Change, Graph, Kind, Priority, Status, TaskId};
@@ -153,10 +153,12 @@ fn insert_plan(
     ctx: &WriteContext,
 ) -> Result<(i64, i64), Error> {
     let now = now_ms();
+    // Creating the plan is its first change: revision 1, so that a write can
+    // guard on it with expected_revision (0 means "don't check").
     let plan_id = db
         .query_row(
             "INSERT INTO plans (name, title, revision, created_at, updated_at) \
-             VALUES (?, ?, 0, ?, ?) RETURNING id",
+             VALUES (?, ?, 1, ?, ?) RETURNING id",
             &[name.into(), title.into(), now.into(), now.into()],
             |row| row.int(0),
         )?
@@ -201,16 +203,27 @@ fn stored_tasks(
             })
         },
     )?;
+    // Ids that are not the plan's: another plan's task is refused by name here;
+    // an id that exists nowhere is NOT_FOUND.
     let known: BTreeSet<TaskId> = stored.iter().map(|t| t.id).collect();
     for (index, item) in items.iter().enumerate() {
-        if let Some(id) = item.id.filter(|id| !known.contains(id)) {
-            if let Ok(head) = task_head(db, id) {
-                return Err(cross_plan(
-                    &format!("todos[{index}].id"),
-                    id,
-                    &head.plan,
-                    plan,
-                ));
+        let own = item.id.map(|id| (format!("todos[{index}].id"), id));
+        let deps = item.depends_on.iter().flatten().enumerate();
+        let deps = deps.map(|(i, id)| (format!("todos[{index}].depends_on[{i}]"), *id));
+        for (field, id) in own.into_iter().chain(deps) {
+            if known.contains(&id) {
+                continue;
+            }
+            let head = task_head(db, id).map_err(|error| match error {
+                Error::Rule(domain::Error::NotFound { .. }) => domain::Error::NotFound {
+                    what: "task",
+                    id: format!("{id} ({field})"),
+                }
+                .into(),
+                other => other,
+            })?;
+            if head.plan != plan {
+                return Err(cross_plan(&field, id, &head.plan, plan));
             }
         }
     }
@@ -409,11 +422,6 @@ fn add_dependency(
     depends_on: TaskId,
     ctx: &WriteContext,
 ) -> Result<(TaskView, Option<i64>), Error> {
-    if id == depends_on {
-        return Err(
-            domain::Error::invalid("depends_on", format!("{id} cannot depend on itself")).into(),
-        );
-    }
     let (head, revision) = writable_task(db, id, ctx)?;
     let dep = task_head(db, depends_on)?;
     if dep.plan_id != head.plan_id {
@@ -463,7 +471,7 @@ impl Store {
     ) -> Result<T, Error> {
         let mut conn = self.writer.acquire().await?;
         let mut db = Db::lock(&mut conn).await?;
-        let (value, seq) = db.transaction("BEGIN IMMEDIATE", body)?;
+        let (value, seq) = blocking(|| db.transaction("BEGIN IMMEDIATE", body))?;
         drop(db);
         self.published(seq);
         Ok(value)
