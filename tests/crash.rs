@@ -24,7 +24,7 @@ impl Lcg {
 
 /// One client's plan: it appends `item n` and completes `item n-1` in the same
 /// write, so a torn write would show as two pending items or a gap.
-async fn writer(url: String, plan: String) -> Vec<String> {
+async fn writer(url: String, plan: String, first_ack: Started) -> Vec<String> {
     let mut acked = Vec::new();
     let Ok(channel) = tonic::transport::Channel::from_shared(url)
         .unwrap()
@@ -55,6 +55,9 @@ async fn writer(url: String, plan: String) -> Vec<String> {
         match c.write_todos(write_request(&plan, todos.clone())).await {
             Ok(reply) => {
                 acked.push(format!("item {n}"));
+                if acked.len() == 1 {
+                    let _ = first_ack.send(());
+                }
                 todos = reply
                     .into_inner()
                     .todos
@@ -67,13 +70,16 @@ async fn writer(url: String, plan: String) -> Vec<String> {
     }
 }
 
+/// Each writer says once that it has had a write acknowledged.
+type Started = tokio::sync::mpsc::UnboundedSender<()>;
+
 /// What an acknowledged call must have left in the history: (task, event type, detail).
 type Expected = (String, &'static str, String);
 
 /// Every other write path, on a fresh plan per round: create a plan, then per
 /// step create a task, make it depend on the previous one, start, rename and
 /// complete the previous one. Returns the events each acknowledged call implies.
-async fn graph_writer(url: String, plan: String) -> Vec<Expected> {
+async fn graph_writer(url: String, plan: String, first_ack: Started) -> Vec<Expected> {
     let mut acked = Vec::new();
     let Ok(channel) = tonic::transport::Channel::from_shared(url)
         .unwrap()
@@ -91,6 +97,7 @@ async fn graph_writer(url: String, plan: String) -> Vec<Expected> {
         return acked;
     }
     acked.push((String::new(), "plan_created", String::new()));
+    let _ = first_ack.send(());
     let mut previous: Option<String> = None;
     for n in 0.. {
         let new = proto::CreateTaskRequest {
@@ -155,6 +162,58 @@ async fn plan_not_found_is_empty(c: &mut todod_e2e::Client, plan: &str) -> Vec<p
     }
 }
 
+/// Everything acknowledged before any earlier kill is there, and every write
+/// was applied whole: in a list writer's plan all items but the last are
+/// completed and there is no gap; every acknowledged graph call left its event.
+async fn verify(
+    url: &str,
+    acked: &HashMap<String, Vec<String>>,
+    graph_acked: &[(String, Vec<Expected>)],
+    when: &str,
+) {
+    let mut c = connect(url).await;
+    for k in 0..CLIENTS {
+        let plan = format!("client-{k}");
+        let todos = plan_not_found_is_empty(&mut c, &plan).await;
+        let contents: Vec<&str> = todos.iter().map(|t| t.content.as_str()).collect();
+        for (i, t) in todos.iter().enumerate() {
+            assert_eq!(t.content, format!("item {i}"), "{when}: {plan} has a gap");
+            let last = i + 1 == todos.len();
+            let want = if last { "pending" } else { "completed" };
+            assert_eq!(t.status, want, "{when}: {plan} has a torn write at {i}");
+        }
+        for a in acked.get(&plan).into_iter().flatten() {
+            assert!(
+                contents.contains(&a.as_str()),
+                "{when}: acknowledged {a:?} of {plan} is lost"
+            );
+        }
+    }
+    for (plan, expected) in graph_acked {
+        let events = c
+            .list_events(proto::ListEventsRequest {
+                plan: plan.clone(),
+                limit: 10_000,
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .events;
+        for (task, kind, detail) in expected {
+            let found = events.iter().any(|e| {
+                e.task_id == *task
+                    && e.r#type == *kind
+                    && [&e.new_value, &e.to_status, &String::new()].contains(&detail)
+            });
+            assert!(
+                found,
+                "{when}: acknowledged {kind} {task} {detail:?} of {plan} is lost"
+            );
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acknowledged_writes_survive_kill_9() {
     let seed = SystemTime::now()
@@ -171,74 +230,36 @@ async fn acknowledged_writes_survive_kill_9() {
     for round in 0..ROUNDS {
         let mut daemon = RealDaemon::spawn(dir.path());
         let url = daemon.url();
+        verify(
+            &url,
+            &acked,
+            &graph_acked,
+            &format!("round {round} (seed {seed})"),
+        )
+        .await;
 
-        // Everything acknowledged before any earlier kill is here, and every
-        // write was applied whole: all items but the last completed, no gaps.
-        let mut c = connect(&url).await;
-        for k in 0..CLIENTS {
-            let plan = format!("client-{k}");
-            let todos = plan_not_found_is_empty(&mut c, &plan).await;
-            let contents: Vec<&str> = todos.iter().map(|t| t.content.as_str()).collect();
-            for (i, content) in contents.iter().enumerate() {
-                assert_eq!(
-                    *content,
-                    format!("item {i}"),
-                    "round {round}: {plan} has a gap"
-                );
-            }
-            for (i, t) in todos.iter().enumerate() {
-                let want = if i + 1 == todos.len() {
-                    "pending"
-                } else {
-                    "completed"
-                };
-                assert_eq!(
-                    t.status, want,
-                    "round {round}: {plan} has a torn write at {i}"
-                );
-            }
-            for a in acked.get(&plan).into_iter().flatten() {
-                assert!(
-                    contents.contains(&a.as_str()),
-                    "round {round}: acknowledged {a:?} of {plan} is lost (seed {seed})"
-                );
-            }
-        }
-
-        for (plan, expected) in &graph_acked {
-            let events = c
-                .list_events(proto::ListEventsRequest {
-                    plan: plan.clone(),
-                    limit: 10_000,
-                    ..Default::default()
-                })
-                .await
-                .unwrap()
-                .into_inner()
-                .events;
-            for (task, kind, detail) in expected {
-                let found = events.iter().any(|e| {
-                    e.task_id == *task
-                        && e.r#type == *kind
-                        && [&e.new_value, &e.to_status, &String::new()].contains(&detail)
-                });
-                assert!(
-                    found,
-                    "round {round}: acknowledged {kind} {task} {detail:?} of {plan} is lost"
-                );
-            }
-        }
-
+        let (started, mut starts) = tokio::sync::mpsc::unbounded_channel();
         let writers: Vec<_> = (0..CLIENTS)
-            .map(|k| tokio::spawn(writer(url.clone(), format!("client-{k}"))))
+            .map(|k| tokio::spawn(writer(url.clone(), format!("client-{k}"), started.clone())))
             .collect();
         let graph_plan = format!("graph-{round}");
-        let graph = tokio::spawn(graph_writer(url.clone(), graph_plan.clone()));
-        // Let them write, then pull the plug at a random moment.
-        tokio::time::sleep(Duration::from_millis(20 + rng.below(180))).await;
+        let graph = tokio::spawn(graph_writer(url.clone(), graph_plan.clone(), started));
+        // Once every writer has had a write acknowledged, pull the plug at a
+        // random moment while they keep writing.
+        for _ in 0..=CLIENTS {
+            tokio::time::timeout(Duration::from_secs(60), starts.recv())
+                .await
+                .expect("a writer never got a write through")
+                .expect("a writer ended before its first write");
+        }
+        tokio::time::sleep(Duration::from_millis(rng.below(150))).await;
         daemon.kill9();
         for (k, w) in writers.into_iter().enumerate() {
             let got = w.await.unwrap();
+            assert!(
+                !got.is_empty(),
+                "round {round}: writer {k} had no write through"
+            );
             total_acked += got.len();
             acked.entry(format!("client-{k}")).or_default().extend(got);
         }
@@ -246,42 +267,17 @@ async fn acknowledged_writes_survive_kill_9() {
         total_acked += got.len();
         graph_acked.push((graph_plan, got));
     }
-    assert!(
-        total_acked > ROUNDS,
-        "the writers barely wrote: {total_acked} acks"
-    );
 
-    // A final look with the store itself: the file is sound.
+    // After the last kill: one more start, the same checks, a clean stop.
+    let mut daemon = RealDaemon::spawn(dir.path());
+    verify(&daemon.url(), &acked, &graph_acked, "after the last kill").await;
+    assert!(daemon.terminate().success(), "todod did not stop cleanly");
+
+    // And a look at the file itself.
     let store = todod::store::Store::open(&dir.path().join("todod.db"))
         .await
         .unwrap();
     assert_eq!(store.integrity_check().await.unwrap(), "ok");
-    for (plan, items) in &acked {
-        let (_, todos) = store.read_todos(plan).await.unwrap();
-        assert!(
-            todos.len() >= items.len(),
-            "{plan}: acknowledged items lost"
-        );
-    }
-    for (plan, expected) in &graph_acked {
-        let filter = todod::store::EventFilter {
-            plan: plan.clone(),
-            limit: 10_000,
-            ..Default::default()
-        };
-        let events = store.list_events(&filter).await.unwrap();
-        for (task, kind, detail) in expected {
-            let found = events.iter().any(|e| {
-                e.task_id.map(|t| t.to_string()).unwrap_or_default() == *task
-                    && e.kind == *kind
-                    && [e.new_value.as_deref(), e.to_status.as_deref(), Some("")]
-                        .contains(&Some(detail.as_str()))
-            });
-            assert!(
-                found,
-                "acknowledged {kind} {task} {detail:?} of {plan} is lost"
-            );
-        }
-    }
+    store.close().await;
     println!("{ROUNDS} kills, {total_acked} acknowledged writes, none lost");
 }

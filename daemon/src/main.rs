@@ -51,19 +51,19 @@ fn init_tracing(format: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn shutdown_signal() {
+/// Resolves on SIGTERM or SIGINT. The handlers are installed when this is
+/// called, before the daemon reports itself ready, so that a signal sent right
+/// after readiness stops it gracefully instead of killing it.
+fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = ()>> {
     use tokio::signal::unix::{signal, SignalKind};
-    let mut term = match signal(SignalKind::terminate()) {
-        Ok(s) => s,
-        Err(e) => {
-            tracing::error!(error = %e, "cannot listen for SIGTERM");
-            return std::future::pending().await;
+    let mut term = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
+    let mut int = signal(SignalKind::interrupt()).context("cannot handle SIGINT")?;
+    Ok(async move {
+        tokio::select! {
+            _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
+            _ = int.recv() => tracing::info!("SIGINT: shutting down"),
         }
-    };
-    tokio::select! {
-        _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
-        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT: shutting down"),
-    }
+    })
 }
 
 #[tokio::main]
@@ -71,6 +71,7 @@ async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     init_tracing(&args.log_format)?;
     let token = args.token.filter(|t| !t.is_empty());
+    let shutdown = shutdown_signal()?;
 
     let state_dir = match args.state_dir {
         Some(dir) => dir,
@@ -99,8 +100,6 @@ async fn main() -> anyhow::Result<()> {
         let listener = tokio::net::TcpListener::bind(addr)
             .await
             .with_context(|| format!("cannot listen on {addr}"))?;
-        // The first line on stdout is the readiness signal scripts and tests wait for.
-        println!("todod listening on {}", listener.local_addr()?);
         listeners.tcp = Some(listener);
     }
     let socket = match args.socket.as_deref() {
@@ -111,17 +110,18 @@ async fn main() -> anyhow::Result<()> {
     if let Some(path) = &socket {
         let listener = config::bind_private_socket(path)
             .with_context(|| format!("cannot bind Unix socket {}", path.display()))?;
-        println!("todod listening on unix:{}", path.display());
         listeners.unix = Some(listener);
     }
+    // Readiness, once every listener is bound: one stdout line each, TCP first.
+    // Scripts and tests wait for the first.
+    if let Some(tcp) = &listeners.tcp {
+        println!("todod listening on {}", tcp.local_addr()?);
+    }
+    if let Some(path) = &socket {
+        println!("todod listening on unix:{}", path.display());
+    }
     tracing::info!(database = %db_path.display(), "todod ready");
-    server::run(
-        store.clone(),
-        listeners,
-        Options { token },
-        shutdown_signal(),
-    )
-    .await?;
+    server::run(store.clone(), listeners, Options { token }, shutdown).await?;
     store.close().await;
     if let Some(path) = socket {
         let _ = std::fs::remove_file(path);
