@@ -62,6 +62,14 @@ async fn all_tasks(store: &Store) -> Vec<todod::store::TaskView> {
     store.list_tasks(&filter).await.unwrap().tasks
 }
 
+async fn all_events(store: &Store) -> Vec<todod::store::EventView> {
+    let filter = EventFilter {
+        limit: 10_000,
+        ..Default::default()
+    };
+    store.list_events(&filter).await.unwrap()
+}
+
 async fn run(ops: Vec<Op>) {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(&dir.path().join("t.db")).await.unwrap();
@@ -78,7 +86,11 @@ async fn run(ops: Vec<Op>) {
     };
 
     for op in ops {
-        let before = (store.get_plan("p").await.unwrap(), all_tasks(&store).await);
+        let before = (
+            store.get_plan("p").await.unwrap(),
+            all_tasks(&store).await,
+            all_events(&store).await,
+        );
         let result = match &op {
             Op::Write(items) => {
                 let items: Vec<TodoItem> = items
@@ -139,7 +151,11 @@ async fn run(ops: Vec<Op>) {
         };
         match result {
             Err(todod::store::Error::Rule(_)) => {
-                let after = (store.get_plan("p").await.unwrap(), all_tasks(&store).await);
+                let after = (
+                    store.get_plan("p").await.unwrap(),
+                    all_tasks(&store).await,
+                    all_events(&store).await,
+                );
                 assert_eq!(after, before, "refused {op:?} changed the store");
             }
             Err(other) => panic!("{op:?}: {other}"),
