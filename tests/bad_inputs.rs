@@ -1,5 +1,5 @@
 //! Bad input gets the right gRPC code, names what is wrong, and changes nothing.
-use todod_e2e::{item, proto, snapshot, write_request, Client, TestDaemon};
+use todod_e2e::{dependency as dep, item, proto, snapshot, write_request, Client, TestDaemon};
 use tonic::Code;
 
 enum Call {
@@ -40,19 +40,7 @@ fn with_deps(mut it: proto::TodoItem, deps: &[&str]) -> proto::TodoItem {
 }
 
 fn transition(id: &str, to: &str) -> Call {
-    Call::Transition(proto::TransitionTaskRequest {
-        id: id.into(),
-        to: to.into(),
-        ..Default::default()
-    })
-}
-
-fn dep(task: &str, on: &str) -> proto::DependencyRequest {
-    proto::DependencyRequest {
-        task_id: task.into(),
-        depends_on: on.into(),
-        ..Default::default()
-    }
+    Call::Transition(todod_e2e::transition(id, to))
 }
 
 #[tokio::test]

@@ -1,24 +1,7 @@
 //! The gRPC API end to end, against the daemon started in-process.
 use futures::StreamExt;
-use todod_e2e::{item, proto, write_request, TestDaemon};
+use todod_e2e::{dependency as dep, item, proto, transition, write_request, TestDaemon};
 use tonic::{Code, Request};
-
-fn transition(id: &str, to: &str) -> proto::TransitionTaskRequest {
-    proto::TransitionTaskRequest {
-        id: id.into(),
-        to: to.into(),
-        reason: "test".into(),
-        expected_revision: 0,
-    }
-}
-
-fn dep(task: &str, on: &str) -> proto::DependencyRequest {
-    proto::DependencyRequest {
-        task_id: task.into(),
-        depends_on: on.into(),
-        ..Default::default()
-    }
-}
 
 #[tokio::test]
 async fn agent_write_round_trip_matches_by_content_and_archives_missing_items() {

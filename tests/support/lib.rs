@@ -201,6 +201,25 @@ pub fn item(id: &str, content: &str, status: &str, priority: &str) -> proto::Tod
     }
 }
 
+/// A transition to `to`, with a reason.
+pub fn transition(id: &str, to: &str) -> proto::TransitionTaskRequest {
+    proto::TransitionTaskRequest {
+        id: id.into(),
+        to: to.into(),
+        reason: "test".into(),
+        expected_revision: 0,
+    }
+}
+
+/// An edge: `task` depends on `on`.
+pub fn dependency(task: &str, on: &str) -> proto::DependencyRequest {
+    proto::DependencyRequest {
+        task_id: task.into(),
+        depends_on: on.into(),
+        ..Default::default()
+    }
+}
+
 pub fn write_request(plan: &str, todos: Vec<proto::TodoItem>) -> proto::WriteTodosRequest {
     proto::WriteTodosRequest {
         plan: plan.to_string(),

@@ -16,7 +16,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 
 use crate::domain::model::{validate_content, validate_free_text};
-use crate::domain::Error as Rule;
+use crate::domain::{Error as Rule, TaskId};
 use crate::proto::{self, todos_server::Todos};
 use crate::store::{EventFilter, NewTask, Store, TaskFilter, TaskUpdate, WriteContext};
 
@@ -44,11 +44,41 @@ impl TodoService {
     }
 }
 
-fn context<T>(
-    request: &Request<T>,
-    reason: &str,
-    expected_revision: i64,
-) -> Result<WriteContext, Status> {
+/// Requests that change something: they may carry a reason and the plan
+/// revision they were based on.
+trait WriteRequest {
+    fn reason(&self) -> &str {
+        ""
+    }
+    fn expected_revision(&self) -> i64 {
+        0
+    }
+}
+
+macro_rules! write_request {
+    ($($request:ty),+) => {$(
+        impl WriteRequest for $request {
+            fn reason(&self) -> &str {
+                &self.reason
+            }
+            fn expected_revision(&self) -> i64 {
+                self.expected_revision
+            }
+        }
+    )+};
+}
+
+write_request!(
+    proto::WriteTodosRequest,
+    proto::CreateTaskRequest,
+    proto::UpdateTaskRequest,
+    proto::TransitionTaskRequest,
+    proto::DependencyRequest
+);
+impl WriteRequest for proto::CreatePlanRequest {}
+
+/// Who writes (the `x-todod-client` metadata), why, and on which revision.
+fn context<T: WriteRequest>(request: &Request<T>) -> Result<WriteContext, Status> {
     let actor = request
         .metadata()
         .get(CLIENT_HEADER)
@@ -56,14 +86,26 @@ fn context<T>(
         .map(|v| v.trim().chars().take(128).collect::<String>())
         .filter(|v| !v.is_empty())
         .unwrap_or_else(|| "anonymous".to_string());
-    if expected_revision < 0 {
+    let body = request.get_ref();
+    if body.expected_revision() < 0 {
         return Err(Rule::invalid("expected_revision", "must not be negative").into());
     }
     Ok(WriteContext {
         actor,
-        reason: validate_free_text("reason", reason)?,
-        expected_revision: (expected_revision > 0).then_some(expected_revision),
+        reason: validate_free_text("reason", body.reason())?,
+        expected_revision: (body.expected_revision() > 0).then_some(body.expected_revision()),
     })
+}
+
+/// The context and the two ends of an `AddDependency`/`RemoveDependency` edge.
+fn edge(
+    request: Request<proto::DependencyRequest>,
+) -> Result<(WriteContext, TaskId, TaskId), Status> {
+    let ctx = context(&request)?;
+    let req = request.into_inner();
+    let id = convert::task_id("task_id", &req.task_id)?;
+    let depends_on = convert::task_id("depends_on", &req.depends_on)?;
+    Ok((ctx, id, depends_on))
 }
 
 fn highlights(field: &str, limit: i32, default: usize) -> Result<usize, Status> {
@@ -89,11 +131,7 @@ impl Todos for TodoService {
         &self,
         request: Request<proto::WriteTodosRequest>,
     ) -> Result<Response<proto::WriteTodosResponse>, Status> {
-        let ctx = context(
-            &request,
-            &request.get_ref().reason,
-            request.get_ref().expected_revision,
-        )?;
+        let ctx = context(&request)?;
         let req = request.into_inner();
         let plan = convert::plan_name("plan", &req.plan)?;
         let items = convert::todo_items(&req.todos)?;
@@ -122,7 +160,7 @@ impl Todos for TodoService {
         &self,
         request: Request<proto::CreatePlanRequest>,
     ) -> Result<Response<proto::Plan>, Status> {
-        let ctx = context(&request, "", 0)?;
+        let ctx = context(&request)?;
         let req = request.into_inner();
         let name = convert::plan_name("name", &req.name)?;
         let title = validate_free_text("title", &req.title)?;
@@ -158,11 +196,7 @@ impl Todos for TodoService {
         &self,
         request: Request<proto::CreateTaskRequest>,
     ) -> Result<Response<proto::Task>, Status> {
-        let ctx = context(
-            &request,
-            &request.get_ref().reason,
-            request.get_ref().expected_revision,
-        )?;
+        let ctx = context(&request)?;
         let req = request.into_inner();
         let new = NewTask {
             plan: convert::plan_name("plan", &req.plan)?,
@@ -216,11 +250,7 @@ impl Todos for TodoService {
         &self,
         request: Request<proto::UpdateTaskRequest>,
     ) -> Result<Response<proto::Task>, Status> {
-        let ctx = context(
-            &request,
-            &request.get_ref().reason,
-            request.get_ref().expected_revision,
-        )?;
+        let ctx = context(&request)?;
         let req = request.into_inner();
         let id = convert::task_id("id", &req.id)?;
         let update = TaskUpdate {
@@ -242,11 +272,7 @@ impl Todos for TodoService {
         &self,
         request: Request<proto::TransitionTaskRequest>,
     ) -> Result<Response<proto::Task>, Status> {
-        let ctx = context(
-            &request,
-            &request.get_ref().reason,
-            request.get_ref().expected_revision,
-        )?;
+        let ctx = context(&request)?;
         let req = request.into_inner();
         let id = convert::task_id("id", &req.id)?;
         let to = convert::status("to", &req.to)?;
@@ -258,15 +284,8 @@ impl Todos for TodoService {
         &self,
         request: Request<proto::DependencyRequest>,
     ) -> Result<Response<proto::Task>, Status> {
-        let ctx = context(
-            &request,
-            &request.get_ref().reason,
-            request.get_ref().expected_revision,
-        )?;
-        let req = request.into_inner();
-        let id = convert::task_id("task_id", &req.task_id)?;
-        let dep = convert::task_id("depends_on", &req.depends_on)?;
-        let task = self.store.add_dependency(id, dep, &ctx).await?;
+        let (ctx, id, depends_on) = edge(request)?;
+        let task = self.store.add_dependency(id, depends_on, &ctx).await?;
         Ok(Response::new(convert::task(task)))
     }
 
@@ -274,15 +293,8 @@ impl Todos for TodoService {
         &self,
         request: Request<proto::DependencyRequest>,
     ) -> Result<Response<proto::Task>, Status> {
-        let ctx = context(
-            &request,
-            &request.get_ref().reason,
-            request.get_ref().expected_revision,
-        )?;
-        let req = request.into_inner();
-        let id = convert::task_id("task_id", &req.task_id)?;
-        let dep = convert::task_id("depends_on", &req.depends_on)?;
-        let task = self.store.remove_dependency(id, dep, &ctx).await?;
+        let (ctx, id, depends_on) = edge(request)?;
+        let task = self.store.remove_dependency(id, depends_on, &ctx).await?;
         Ok(Response::new(convert::task(task)))
     }
 

@@ -154,8 +154,29 @@ impl Graph {
             .collect()
     }
 
+    /// Refuses `from -> to` for `id` while a dependent has started: it would
+    /// then stand on work that is no longer completed.
+    pub fn check_no_started_dependents(
+        &self,
+        id: TaskId,
+        from: Status,
+        to: Status,
+    ) -> Result<(), Error> {
+        let dependents = self.started_dependents(id);
+        if dependents.is_empty() {
+            Ok(())
+        } else {
+            Err(Error::DependentsStarted {
+                task: id,
+                from,
+                to,
+                dependents,
+            })
+        }
+    }
+
     /// Dependents that are in_progress or completed.
-    pub fn started_dependents(&self, id: TaskId) -> Vec<(TaskId, Status)> {
+    fn started_dependents(&self, id: TaskId) -> Vec<(TaskId, Status)> {
         self.dependents(id)
             .filter_map(|d| self.status(d).map(|s| (d, s)))
             .filter(|(_, s)| s.is_started())
@@ -183,15 +204,7 @@ impl Graph {
             }
         }
         if req.no_started_dependents {
-            let dependents = self.started_dependents(id);
-            if !dependents.is_empty() {
-                return Err(Error::DependentsStarted {
-                    task: id,
-                    from,
-                    to,
-                    dependents,
-                });
-            }
+            self.check_no_started_dependents(id, from, to)?;
         }
         Ok(())
     }

@@ -208,15 +208,7 @@ pub fn reconcile(stored: &[StoredTask], items: &[TodoItem]) -> Result<ListWrite,
     }
     for &(_, id, from, to) in &targets {
         if from == Status::Completed && to != Status::Completed {
-            let dependents = graph.started_dependents(id);
-            if !dependents.is_empty() {
-                return Err(Error::DependentsStarted {
-                    task: id,
-                    from,
-                    to,
-                    dependents,
-                });
-            }
+            graph.check_no_started_dependents(id, from, to)?;
         }
     }
     let started_now: BTreeMap<TaskId, (Status, Status)> = targets

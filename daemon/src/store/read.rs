@@ -4,7 +4,7 @@
 //! answer must be consistent.
 use std::collections::HashMap;
 
-use super::sqlite::{blocking, Db, Param};
+use super::sqlite::{Db, Param};
 use super::views::{Detail, EVENT_COLUMNS, PLAN_COLUMNS};
 use super::{Error, EventView, PlanSummary, PlanView, Store, TaskPage, TaskView};
 use crate::domain::{self, Kind, Readiness, Status, TaskId};
@@ -377,18 +377,16 @@ impl Store {
     pub async fn read_todos(&self, plan: &str) -> Result<(PlanView, Vec<TaskView>), Error> {
         let mut conn = self.reader.acquire().await?;
         let mut db = Db::lock(&mut conn).await?;
-        blocking(|| {
-            db.transaction("BEGIN", |db| {
-                let (plan_id, plan) = require_plan(db, plan)?;
-                Ok((plan, live_tasks(db, plan_id)?))
-            })
+        db.transaction("BEGIN", |db| {
+            let (plan_id, plan) = require_plan(db, plan)?;
+            Ok((plan, live_tasks(db, plan_id)?))
         })
     }
 
     pub async fn list_tasks(&self, filter: &TaskFilter) -> Result<TaskPage, Error> {
         let mut conn = self.reader.acquire().await?;
         let mut db = Db::lock(&mut conn).await?;
-        blocking(|| db.transaction("BEGIN", |db| list_tasks(db, filter)))
+        db.transaction("BEGIN", |db| list_tasks(db, filter))
     }
 
     /// Events in sequence order after `after_seq`, of one plan, one task, or all.

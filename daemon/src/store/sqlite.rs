@@ -19,17 +19,6 @@ use sqlx::SqliteConnection;
 
 use super::Error;
 
-/// Runs `work`, which blocks on SQLite (a commit's fsync, a large listing),
-/// without stalling the other tasks of its tokio worker: on a multi-threaded
-/// runtime the worker's queue moves to another thread meanwhile.
-pub(super) fn blocking<T>(work: impl FnOnce() -> T) -> T {
-    use tokio::runtime::{Handle, RuntimeFlavor};
-    match Handle::try_current().map(|h| h.runtime_flavor()) {
-        Ok(RuntimeFlavor::MultiThread) => tokio::task::block_in_place(work),
-        _ => work(),
-    }
-}
-
 /// A bound parameter.
 #[derive(Debug, Clone, Copy)]
 pub(super) enum Param<'a> {
