@@ -16,6 +16,8 @@ use tonic::transport::Channel;
 
 pub use todod::proto;
 
+pub mod cli;
+
 pub type Client = TodosClient<Channel>;
 
 /// The daemon's `run`, in this process, on 127.0.0.1:0 and a database in a temp dir.

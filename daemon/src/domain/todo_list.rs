@@ -61,7 +61,8 @@ pub fn reconcile(stored: &[StoredTask], items: &[TodoItem]) -> Result<ListWrite,
     let resolved = resolve(stored, &by_id, items)?;
     let mut out = ListWrite::default();
     let mut next_provisional = -1;
-    let mut targets: Vec<(usize, TaskId, Status, Status)> = Vec::new();
+    // Status moves the list asks for: (task, from, to).
+    let mut targets: Vec<(TaskId, Status, Status)> = Vec::new();
 
     for (index, (item, slot)) in items.iter().zip(&resolved).enumerate() {
         let position = index as i64;
@@ -78,12 +79,7 @@ pub fn reconcile(stored: &[StoredTask], items: &[TodoItem]) -> Result<ListWrite,
                     spec: None,
                 });
                 graph.insert(id, Status::Pending);
-                targets.push((
-                    index,
-                    id,
-                    Status::Pending,
-                    item.status.unwrap_or(Status::Pending),
-                ));
+                targets.push((id, Status::Pending, item.status.unwrap_or(Status::Pending)));
                 id
             }
             Some(id) => {
@@ -114,7 +110,7 @@ pub fn reconcile(stored: &[StoredTask], items: &[TodoItem]) -> Result<ListWrite,
                     });
                 }
                 if let Some(to) = item.status.filter(|s| *s != task.status) {
-                    targets.push((index, *id, task.status, to));
+                    targets.push((*id, task.status, to));
                 }
                 *id
             }
@@ -194,7 +190,7 @@ pub fn reconcile(stored: &[StoredTask], items: &[TodoItem]) -> Result<ListWrite,
 
     // Statuses are checked against the final graph: first each move must be
     // legal at all, then every started task must stand on completed work.
-    for &(_, id, from, to) in &targets {
+    for &(id, from, to) in &targets {
         transition::rule(from, to).map_err(|why| Error::IllegalTransition {
             task: id,
             from,
@@ -206,14 +202,14 @@ pub fn reconcile(stored: &[StoredTask], items: &[TodoItem]) -> Result<ListWrite,
             out.changes.push(Change::StatusChanged { id, from, to });
         }
     }
-    for &(_, id, from, to) in &targets {
+    for &(id, from, to) in &targets {
         if from == Status::Completed && to != Status::Completed {
             graph.check_no_started_dependents(id, from, to)?;
         }
     }
     let started_now: BTreeMap<TaskId, (Status, Status)> = targets
         .iter()
-        .map(|&(_, id, from, to)| (id, (from, to)))
+        .map(|&(id, from, to)| (id, (from, to)))
         .collect();
     if let Some((task, blockers)) = graph.violations().into_iter().next() {
         let status = graph.status(task).expect("violations come from the graph");
