@@ -7,6 +7,7 @@
 pub mod api;
 pub mod config;
 pub mod domain;
+pub mod inference;
 pub mod proto;
 pub mod server;
 pub mod store;

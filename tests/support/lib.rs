@@ -17,6 +17,7 @@ use tonic::transport::Channel;
 pub use todod::proto;
 
 pub mod cli;
+pub mod mock_openai;
 
 pub type Client = TodosClient<Channel>;
 

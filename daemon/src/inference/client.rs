@@ -1,0 +1,523 @@
+//! A client for OpenAI-compatible servers (SGLang, vLLM, llama.cpp, OpenAI
+//! itself): `/v1/chat/completions` and `/v1/completions`, streamed or not, with
+//! a connect timeout, a total deadline, an idle timeout between stream chunks,
+//! TCP keepalive, retries with backoff, and several endpoints.
+use std::fmt;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use serde_json::{Map, Value};
+
+use super::endpoints::Endpoints;
+use super::retry::{unit_random, Backoff, Failure};
+use super::sse::{SseEvent, SseParser};
+
+/// Which API a request uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Api {
+    Chat,
+    Completions,
+}
+
+/// What to send: the input, and everything else passed through as is
+/// (sampling parameters, `max_tokens`, `chat_template_kwargs`, ...).
+#[derive(Debug, Clone)]
+pub struct CompletionRequest {
+    pub api: Api,
+    pub model: String,
+    /// `messages` (an array) for chat, `prompt` (a string) for completions.
+    pub input: Value,
+    pub params: Map<String, Value>,
+    pub stream: bool,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Usage {
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+    pub total_tokens: u64,
+}
+
+/// A finished completion. Reasoning (`reasoning_content` or `reasoning`) is
+/// kept apart from the content.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Completion {
+    pub content: String,
+    pub reasoning: Option<String>,
+    pub finish_reason: String,
+    pub usage: Option<Usage>,
+    pub model: String,
+}
+
+/// A completion and how it was obtained.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    pub completion: Completion,
+    pub endpoint: String,
+    pub attempts: u32,
+    pub latency: Duration,
+}
+
+/// The last failure once no attempt is left (or the failure is final).
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{failure} (after {attempts} attempts, last at {endpoint})")]
+pub struct Failed {
+    pub failure: Failure,
+    pub attempts: u32,
+    pub endpoint: String,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    pub connect_timeout: Duration,
+    /// The whole attempt, from sending to the last byte.
+    pub deadline: Duration,
+    /// The longest silence allowed between two chunks of a stream.
+    pub idle_timeout: Duration,
+    pub backoff: Backoff,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            connect_timeout: Duration::from_secs(10),
+            deadline: Duration::from_secs(600),
+            idle_timeout: Duration::from_secs(120),
+            backoff: Backoff::default(),
+        }
+    }
+}
+
+pub struct InferenceClient {
+    http: reqwest::Client,
+    endpoints: Endpoints,
+    /// Read from the environment at construction; never stored elsewhere,
+    /// never printed (see the Debug impl).
+    api_key: Option<String>,
+    limits: Limits,
+}
+
+impl fmt::Debug for InferenceClient {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("InferenceClient")
+            .field("endpoints", &self.endpoints)
+            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
+            .field("limits", &self.limits)
+            .finish()
+    }
+}
+
+impl InferenceClient {
+    /// `api_key_env` names the environment variable holding the key, if any.
+    pub fn new(
+        endpoints: &[String],
+        api_key_env: Option<&str>,
+        limits: Limits,
+    ) -> Result<InferenceClient, String> {
+        let endpoints = Endpoints::new(endpoints)?;
+        let api_key = match api_key_env.filter(|name| !name.is_empty()) {
+            None => None,
+            Some(name) => Some(std::env::var(name).map_err(|_| {
+                format!("the environment variable {name} (the API key) is not set")
+            })?),
+        };
+        let http = reqwest::Client::builder()
+            .connect_timeout(limits.connect_timeout)
+            .tcp_keepalive(Some(Duration::from_secs(30)))
+            .tcp_nodelay(true)
+            .build()
+            .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
+        Ok(InferenceClient {
+            http,
+            endpoints,
+            api_key,
+            limits,
+        })
+    }
+
+    pub fn endpoints(&self) -> &Endpoints {
+        &self.endpoints
+    }
+
+    /// Sends `request`, retrying as `Limits::backoff` allows, on whichever
+    /// endpoint is least loaded each time.
+    pub async fn complete(&self, request: &CompletionRequest) -> Result<Outcome, Failed> {
+        let body = body(request);
+        let started = Instant::now();
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let lease = self.endpoints.acquire();
+            match self.attempt(lease.url(), request, &body).await {
+                Ok(completion) => {
+                    lease.succeeded();
+                    return Ok(Outcome {
+                        completion,
+                        endpoint: lease.url().to_string(),
+                        attempts: attempt,
+                        latency: started.elapsed(),
+                    });
+                }
+                Err(failure) => {
+                    lease.failed(&failure);
+                    let endpoint = lease.url().to_string();
+                    drop(lease);
+                    let backoff = self.limits.backoff;
+                    match backoff.next_delay(attempt, &failure, unit_random()) {
+                        Some(wait) => {
+                            tracing::debug!(%endpoint, attempt, %failure, ?wait, "retrying");
+                            tokio::time::sleep(wait).await;
+                        }
+                        None => {
+                            return Err(Failed {
+                                failure,
+                                attempts: attempt,
+                                endpoint,
+                            })
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    async fn attempt(
+        &self,
+        base: &str,
+        request: &CompletionRequest,
+        body: &Value,
+    ) -> Result<Completion, Failure> {
+        let deadline = tokio::time::Instant::now() + self.limits.deadline;
+        let url = endpoint_url(base, request.api);
+        let mut send = self.http.post(url).json(body);
+        if let Some(key) = &self.api_key {
+            send = send.bearer_auth(key);
+        }
+        let response = tokio::time::timeout_at(deadline, send.send())
+            .await
+            .map_err(|_| Failure::Timeout { which: "deadline" })?
+            .map_err(transport_failure)?;
+        let status = response.status();
+        if !status.is_success() {
+            let retry_after = response
+                .headers()
+                .get(reqwest::header::RETRY_AFTER)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .map(Duration::from_secs);
+            let text = tokio::time::timeout_at(deadline, response.text())
+                .await
+                .ok()
+                .and_then(Result::ok)
+                .unwrap_or_default();
+            return Err(Failure::Status {
+                code: status.as_u16(),
+                message: server_message(&text),
+                retry_after,
+            });
+        }
+        if request.stream {
+            self.read_stream(response, request.api, deadline).await
+        } else {
+            let bytes = tokio::time::timeout_at(deadline, response.bytes())
+                .await
+                .map_err(|_| Failure::Timeout { which: "deadline" })?
+                .map_err(transport_failure)?;
+            let value: Value = serde_json::from_slice(&bytes)
+                .map_err(|e| Failure::Malformed(format!("body is not JSON: {e}")))?;
+            parse_whole(&value, request.api)
+        }
+    }
+
+    async fn read_stream(
+        &self,
+        response: reqwest::Response,
+        api: Api,
+        deadline: tokio::time::Instant,
+    ) -> Result<Completion, Failure> {
+        let mut chunks = response.bytes_stream();
+        let mut parser = SseParser::default();
+        let mut acc = StreamAccumulator::default();
+        loop {
+            let idle = tokio::time::Instant::now() + self.limits.idle_timeout;
+            let (limit, which) = if idle < deadline {
+                (idle, "idle")
+            } else {
+                (deadline, "deadline")
+            };
+            let next = tokio::time::timeout_at(limit, chunks.next())
+                .await
+                .map_err(|_| Failure::Timeout { which })?;
+            let events = match next {
+                Some(chunk) => parser
+                    .feed(&chunk.map_err(transport_failure)?)
+                    .map_err(Failure::Malformed)?,
+                None => {
+                    // The body ended; a last event without its blank line counts.
+                    let rest = parser.finish().into_iter().collect::<Vec<_>>();
+                    for event in rest {
+                        if acc.take(event, api)? {
+                            return acc.finish();
+                        }
+                    }
+                    return Err(Failure::Incomplete(
+                        "the stream ended without [DONE]".into(),
+                    ));
+                }
+            };
+            for event in events {
+                if acc.take(event, api)? {
+                    return acc.finish();
+                }
+            }
+        }
+    }
+}
+
+/// `base` may or may not end in `/v1`.
+fn endpoint_url(base: &str, api: Api) -> String {
+    let path = match api {
+        Api::Chat => "chat/completions",
+        Api::Completions => "completions",
+    };
+    if base.ends_with("/v1") {
+        format!("{base}/{path}")
+    } else {
+        format!("{base}/v1/{path}")
+    }
+}
+
+fn body(request: &CompletionRequest) -> Value {
+    let mut body = request.params.clone();
+    body.insert("model".into(), Value::String(request.model.clone()));
+    let input = match request.api {
+        Api::Chat => "messages",
+        Api::Completions => "prompt",
+    };
+    body.insert(input.into(), request.input.clone());
+    body.insert("stream".into(), Value::Bool(request.stream));
+    if request.stream && !body.contains_key("stream_options") {
+        // Ask for the usage chunk at the end of the stream.
+        body.insert(
+            "stream_options".into(),
+            serde_json::json!({ "include_usage": true }),
+        );
+    }
+    Value::Object(body)
+}
+
+fn transport_failure(error: reqwest::Error) -> Failure {
+    if error.is_timeout() {
+        Failure::Timeout { which: "connect" }
+    } else if error.is_connect() {
+        Failure::Connect(error.to_string())
+    } else if error.is_decode() || error.is_body() {
+        Failure::Incomplete(format!("the body was cut: {error}"))
+    } else {
+        Failure::Connect(error.to_string())
+    }
+}
+
+/// The server's own words: `{"error": {"message": ...}}`, else the text, cut.
+fn server_message(text: &str) -> String {
+    let parsed: Option<Value> = serde_json::from_str(text).ok();
+    let message = parsed.as_ref().and_then(|v| {
+        v.pointer("/error/message")
+            .or_else(|| v.get("message"))
+            .or_else(|| v.get("detail"))
+            .or_else(|| v.get("error"))
+            .and_then(Value::as_str)
+    });
+    let message = message.unwrap_or(text).trim();
+    match message.char_indices().nth(500) {
+        Some((cut, _)) => format!("{}...", &message[..cut]),
+        None => message.to_string(),
+    }
+}
+
+fn text_at<'a>(value: &'a Value, pointers: &[&str]) -> Option<&'a str> {
+    pointers
+        .iter()
+        .find_map(|p| value.pointer(p).and_then(Value::as_str))
+}
+
+fn usage_of(value: &Value) -> Option<Usage> {
+    value
+        .get("usage")
+        .filter(|u| u.is_object())
+        .and_then(|u| serde_json::from_value(u.clone()).ok())
+}
+
+/// A non-streamed answer.
+fn parse_whole(value: &Value, api: Api) -> Result<Completion, Failure> {
+    let choice = value
+        .pointer("/choices/0")
+        .ok_or_else(|| Failure::Malformed("no choices in the answer".into()))?;
+    let (content, reasoning) = match api {
+        Api::Chat => (
+            text_at(choice, &["/message/content"]),
+            text_at(
+                choice,
+                &["/message/reasoning_content", "/message/reasoning"],
+            ),
+        ),
+        Api::Completions => (text_at(choice, &["/text"]), None),
+    };
+    let finish_reason = text_at(choice, &["/finish_reason"])
+        .ok_or_else(|| Failure::Incomplete("no finish_reason in the answer".into()))?;
+    Ok(Completion {
+        content: content.unwrap_or_default().to_string(),
+        reasoning: reasoning.map(str::to_string),
+        finish_reason: finish_reason.to_string(),
+        usage: usage_of(value),
+        model: text_at(value, &["/model"]).unwrap_or_default().to_string(),
+    })
+}
+
+/// Builds a completion from stream chunks.
+#[derive(Default)]
+struct StreamAccumulator {
+    completion: Completion,
+    reasoning: String,
+    finish_reason: Option<String>,
+}
+
+impl StreamAccumulator {
+    /// Takes one event; true once the stream is done.
+    fn take(&mut self, event: SseEvent, api: Api) -> Result<bool, Failure> {
+        let data = match event {
+            SseEvent::Done => return Ok(true),
+            SseEvent::Data(data) => data,
+        };
+        let chunk: Value = serde_json::from_str(&data)
+            .map_err(|e| Failure::Malformed(format!("a stream chunk is not JSON: {e}")))?;
+        if let Some(error) = chunk.get("error") {
+            let message = server_message(&error.to_string());
+            return Err(Failure::Malformed(format!(
+                "error in the stream: {message}"
+            )));
+        }
+        if self.completion.model.is_empty() {
+            if let Some(model) = text_at(&chunk, &["/model"]) {
+                self.completion.model = model.to_string();
+            }
+        }
+        if let Some(usage) = usage_of(&chunk) {
+            self.completion.usage = Some(usage);
+        }
+        if let Some(choice) = chunk.pointer("/choices/0") {
+            let (content, reasoning) = match api {
+                Api::Chat => (
+                    text_at(choice, &["/delta/content"]),
+                    text_at(choice, &["/delta/reasoning_content", "/delta/reasoning"]),
+                ),
+                Api::Completions => (text_at(choice, &["/text"]), None),
+            };
+            self.completion
+                .content
+                .push_str(content.unwrap_or_default());
+            self.reasoning.push_str(reasoning.unwrap_or_default());
+            if let Some(reason) = text_at(choice, &["/finish_reason"]) {
+                self.finish_reason = Some(reason.to_string());
+            }
+        }
+        Ok(false)
+    }
+
+    fn finish(mut self) -> Result<Completion, Failure> {
+        self.completion.finish_reason = self.finish_reason.ok_or_else(|| {
+            Failure::Incomplete("the stream ended without a finish_reason".into())
+        })?;
+        if !self.reasoning.is_empty() {
+            self.completion.reasoning = Some(self.reasoning);
+        }
+        Ok(self.completion)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn urls_take_a_base_with_or_without_v1() {
+        assert_eq!(
+            endpoint_url("http://h:1", Api::Chat),
+            "http://h:1/v1/chat/completions"
+        );
+        assert_eq!(
+            endpoint_url("http://h:1/v1", Api::Completions),
+            "http://h:1/v1/completions"
+        );
+    }
+
+    #[test]
+    fn the_body_passes_extra_fields_through() {
+        let mut params = Map::new();
+        params.insert("temperature".into(), json!(0.6));
+        params.insert(
+            "chat_template_kwargs".into(),
+            json!({"enable_thinking": false}),
+        );
+        let request = CompletionRequest {
+            api: Api::Chat,
+            model: "m".into(),
+            input: json!([{"role": "user", "content": "hi"}]),
+            params,
+            stream: true,
+        };
+        let body = body(&request);
+        assert_eq!(body["chat_template_kwargs"]["enable_thinking"], false);
+        assert_eq!(body["temperature"], 0.6);
+        assert_eq!(body["stream_options"]["include_usage"], true);
+        assert_eq!(body["messages"][0]["content"], "hi");
+    }
+
+    #[test]
+    fn reasoning_is_kept_apart_and_usage_captured() {
+        let answer = json!({
+            "model": "qwen3",
+            "choices": [{"message": {"content": "42", "reasoning_content": "think"},
+                         "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}
+        });
+        let c = parse_whole(&answer, Api::Chat).unwrap();
+        assert_eq!(c.content, "42");
+        assert_eq!(c.reasoning.as_deref(), Some("think"));
+        assert_eq!(c.usage.unwrap().total_tokens, 5);
+        let missing = json!({"choices": [{"message": {"content": "x"}}]});
+        assert!(matches!(
+            parse_whole(&missing, Api::Chat),
+            Err(Failure::Incomplete(_))
+        ));
+    }
+
+    #[test]
+    fn server_messages_are_extracted_and_cut() {
+        assert_eq!(
+            server_message(r#"{"error": {"message": "bad model"}}"#),
+            "bad model"
+        );
+        assert_eq!(server_message("plain text"), "plain text");
+        assert!(server_message(&"x".repeat(2000)).len() < 600);
+    }
+
+    #[test]
+    fn the_api_key_is_never_printed() {
+        std::env::set_var("TODOD_TEST_KEY_NEVER_PRINTED", "sk-secret");
+        let client = InferenceClient::new(
+            &["http://127.0.0.1:1".into()],
+            Some("TODOD_TEST_KEY_NEVER_PRINTED"),
+            Limits::default(),
+        )
+        .unwrap();
+        assert!(!format!("{client:?}").contains("sk-secret"));
+        assert!(InferenceClient::new(
+            &["http://127.0.0.1:1".into()],
+            Some("TODOD_TEST_KEY_THAT_IS_NOT_SET"),
+            Limits::default()
+        )
+        .is_err());
+    }
+}

@@ -1,0 +1,11 @@
+//! Talking to OpenAI-compatible inference servers: the client the phase
+//! workers use. `retry` and `sse` are plain logic; `client` does the HTTP.
+pub mod client;
+pub mod endpoints;
+pub mod retry;
+pub mod sse;
+
+pub use client::{
+    Api, Completion, CompletionRequest, Failed, InferenceClient, Limits, Outcome, Usage,
+};
+pub use retry::{Backoff, Failure};

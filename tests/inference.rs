@@ -1,0 +1,316 @@
+//! The OpenAI-compatible client against the mock server: every fault mode is
+//! classified, retried or given up as specified, and no request outlives its
+//! deadline.
+use std::time::Duration;
+
+use serde_json::{json, Map};
+use todod::inference::{Api, Backoff, CompletionRequest, Failure, InferenceClient, Limits};
+use todod_e2e::mock_openai::{expected_content, Fault, MockOpenAi, Settings};
+
+fn limits(max_attempts: u32) -> Limits {
+    Limits {
+        connect_timeout: Duration::from_secs(5),
+        deadline: Duration::from_secs(3),
+        idle_timeout: Duration::from_millis(500),
+        backoff: Backoff {
+            base: Duration::from_millis(10),
+            cap: Duration::from_millis(50),
+            retry_after_cap: Duration::from_secs(1),
+            max_attempts,
+        },
+    }
+}
+
+fn client(urls: &[&str], max_attempts: u32) -> InferenceClient {
+    let urls: Vec<String> = urls.iter().map(|u| u.to_string()).collect();
+    InferenceClient::new(&urls, None, limits(max_attempts)).unwrap()
+}
+
+fn chat(text: &str, stream: bool) -> CompletionRequest {
+    let mut params = Map::new();
+    params.insert("temperature".into(), json!(0.7));
+    params.insert("max_tokens".into(), json!(64));
+    params.insert(
+        "chat_template_kwargs".into(),
+        json!({"enable_thinking": false}),
+    );
+    CompletionRequest {
+        api: Api::Chat,
+        model: "mock-model".into(),
+        input: json!([{"role": "user", "content": text}]),
+        params,
+        stream,
+    }
+}
+
+fn completion(text: &str, stream: bool) -> CompletionRequest {
+    CompletionRequest {
+        api: Api::Completions,
+        model: "mock-model".into(),
+        input: json!(text),
+        params: Map::new(),
+        stream,
+    }
+}
+
+#[tokio::test]
+async fn both_apis_streamed_or_not_return_content_usage_and_pass_fields_through() {
+    let mock = MockOpenAi::start(Settings::default()).await;
+    let c = client(&[&mock.url], 1);
+    for stream in [false, true] {
+        let out = c.complete(&chat("hello there", stream)).await.unwrap();
+        assert_eq!(out.completion.content, expected_content("hello there"));
+        assert_eq!(out.completion.finish_reason, "stop");
+        assert_eq!(out.completion.model, "mock-model");
+        assert_eq!(out.completion.reasoning, None);
+        assert!(
+            out.completion.usage.unwrap().completion_tokens > 0,
+            "usage captured"
+        );
+        assert_eq!(
+            (out.attempts, out.endpoint.as_str()),
+            (1, mock.url.as_str())
+        );
+
+        let out = c.complete(&completion("once upon", stream)).await.unwrap();
+        assert_eq!(out.completion.content, expected_content("once upon"));
+    }
+    let bodies = mock.bodies();
+    assert_eq!(bodies[0]["chat_template_kwargs"]["enable_thinking"], false);
+    assert_eq!(bodies[0]["temperature"], 0.7);
+    assert_eq!(bodies[0]["stream"], false);
+    assert_eq!(bodies[2]["stream"], true);
+    assert_eq!(bodies[2]["stream_options"]["include_usage"], true);
+    assert_eq!(bodies[1]["prompt"], "once upon");
+}
+
+#[tokio::test]
+async fn reasoning_is_kept_apart_from_the_content() {
+    let mock = MockOpenAi::start(Settings::default()).await;
+    let c = client(&[&mock.url], 1);
+    for stream in [false, true] {
+        mock.push([Fault::Reasoning]);
+        let out = c.complete(&chat("why", stream)).await.unwrap();
+        assert_eq!(out.completion.content, expected_content("why"));
+        assert_eq!(
+            out.completion.reasoning.as_deref(),
+            Some("thinking about why")
+        );
+    }
+}
+
+#[tokio::test]
+async fn the_api_key_comes_from_the_named_variable() {
+    let mock = MockOpenAi::start(Settings::default()).await;
+    std::env::set_var("TODOD_E2E_MOCK_KEY", "sk-test-123");
+    let c = InferenceClient::new(
+        std::slice::from_ref(&mock.url),
+        Some("TODOD_E2E_MOCK_KEY"),
+        limits(1),
+    )
+    .unwrap();
+    c.complete(&chat("x", false)).await.unwrap();
+    assert_eq!(
+        mock.authorizations(),
+        vec!["Bearer sk-test-123".to_string()]
+    );
+}
+
+/// Each transient fault fails the first attempt; the second succeeds.
+#[tokio::test]
+async fn transient_faults_are_retried_and_then_succeed() {
+    let mock = MockOpenAi::start(Settings::default()).await;
+    let c = client(&[&mock.url], 3);
+    let faults = [
+        (
+            Fault::Status {
+                code: 429,
+                retry_after: Some(1),
+            },
+            false,
+        ),
+        (
+            Fault::Status {
+                code: 500,
+                retry_after: None,
+            },
+            false,
+        ),
+        (
+            Fault::Status {
+                code: 503,
+                retry_after: None,
+            },
+            true,
+        ),
+        (
+            Fault::Status {
+                code: 408,
+                retry_after: None,
+            },
+            false,
+        ),
+        (Fault::CloseWithoutDone, true),
+        (Fault::CloseWithoutDone, false),
+        (Fault::InvalidJson, true),
+        (Fault::InvalidJson, false),
+        (Fault::StallMidStream, true),
+        (Fault::HangBeforeHeaders, false),
+    ];
+    for (fault, stream) in faults {
+        let before = mock.requests();
+        mock.push([fault.clone()]);
+        let out = c
+            .complete(&chat("retry me", stream))
+            .await
+            .unwrap_or_else(|e| panic!("{fault:?} (stream {stream}): {e}"));
+        assert_eq!(out.attempts, 2, "{fault:?} (stream {stream})");
+        assert_eq!(mock.requests() - before, 2, "{fault:?}");
+        assert_eq!(out.completion.content, expected_content("retry me"));
+    }
+}
+
+/// Whether a failure is what a fault should produce.
+type Classified = fn(&Failure) -> bool;
+
+/// With one attempt allowed, each fault shows how it was classified.
+#[tokio::test]
+async fn each_fault_is_classified() {
+    let mock = MockOpenAi::start(Settings::default()).await;
+    let c = client(&[&mock.url], 1);
+    let cases: Vec<(Fault, bool, Classified)> = vec![
+        (
+            Fault::Status {
+                code: 429,
+                retry_after: Some(7),
+            },
+            false,
+            |f| matches!(f, Failure::Status { code: 429, retry_after: Some(d), .. } if d.as_secs() == 7),
+        ),
+        (
+            Fault::Status {
+                code: 503,
+                retry_after: None,
+            },
+            true,
+            |f| matches!(f, Failure::Status { code: 503, .. }),
+        ),
+        (Fault::HangBeforeHeaders, true, |f| {
+            matches!(f, Failure::Timeout { which: "deadline" })
+        }),
+        (Fault::StallMidStream, true, |f| {
+            matches!(f, Failure::Timeout { which: "idle" })
+        }),
+        (Fault::CloseWithoutDone, true, |f| {
+            matches!(f, Failure::Incomplete(_))
+        }),
+        (Fault::CloseWithoutDone, false, |f| {
+            matches!(f, Failure::Incomplete(_))
+        }),
+        (Fault::InvalidJson, false, |f| {
+            matches!(f, Failure::Malformed(_))
+        }),
+        (Fault::InvalidJson, true, |f| {
+            matches!(f, Failure::Malformed(_))
+        }),
+    ];
+    for (fault, stream, check) in cases {
+        mock.push([fault.clone()]);
+        let failed = c.complete(&chat("x", stream)).await.unwrap_err();
+        assert!(
+            check(&failed.failure),
+            "{fault:?} (stream {stream}): {failed}"
+        );
+        assert!(failed.failure.is_retryable(), "{fault:?}");
+        assert_eq!(failed.attempts, 1);
+    }
+}
+
+#[tokio::test]
+async fn finish_reason_length_is_a_result_not_a_failure() {
+    let mock = MockOpenAi::start(Settings::default()).await;
+    let c = client(&[&mock.url], 3);
+    for stream in [false, true] {
+        mock.push([Fault::Length]);
+        let out = c.complete(&chat("long", stream)).await.unwrap();
+        assert_eq!(
+            (out.completion.finish_reason.as_str(), out.attempts),
+            ("length", 1)
+        );
+    }
+}
+
+#[tokio::test]
+async fn other_client_errors_are_not_retried_and_keep_the_server_message() {
+    let mock = MockOpenAi::start(Settings::default()).await;
+    let c = client(&[&mock.url], 5);
+    for code in [400, 401, 404, 422] {
+        let before = mock.requests();
+        mock.push([Fault::Status {
+            code,
+            retry_after: None,
+        }]);
+        let failed = c.complete(&chat("x", false)).await.unwrap_err();
+        assert_eq!(failed.attempts, 1, "{code}");
+        assert_eq!(mock.requests() - before, 1);
+        match failed.failure {
+            Failure::Status {
+                code: got, message, ..
+            } => {
+                assert_eq!(got, code);
+                assert_eq!(message, format!("mock says {code}"));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn attempts_are_bounded() {
+    let mock = MockOpenAi::start(Settings::default()).await;
+    let c = client(&[&mock.url], 4);
+    mock.push(vec![
+        Fault::Status {
+            code: 500,
+            retry_after: None
+        };
+        10
+    ]);
+    let failed = c.complete(&chat("x", true)).await.unwrap_err();
+    assert_eq!(failed.attempts, 4);
+    assert_eq!(mock.requests(), 4);
+    assert!(matches!(failed.failure, Failure::Status { code: 500, .. }));
+}
+
+#[tokio::test]
+async fn a_hung_request_is_abandoned_at_its_deadline() {
+    let mock = MockOpenAi::start(Settings::default()).await;
+    let c = client(&[&mock.url], 1);
+    mock.push([Fault::HangBeforeHeaders, Fault::StallMidStream]);
+    let failed = c.complete(&chat("x", false)).await.unwrap_err();
+    assert_eq!(failed.failure, Failure::Timeout { which: "deadline" });
+    let failed = c.complete(&chat("x", true)).await.unwrap_err();
+    assert_eq!(failed.failure, Failure::Timeout { which: "idle" });
+    // The client hung up on both: nothing of them is left running.
+    mock.wait_abandoned(2).await;
+}
+
+#[tokio::test]
+async fn a_dead_endpoint_costs_a_retry_and_the_live_one_serves() {
+    let mock = MockOpenAi::start(Settings::default()).await;
+    // A port that was just free: connecting to it is refused.
+    let dead = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        format!("http://{}", listener.local_addr().unwrap())
+    };
+    let c = client(&[&dead, &mock.url], 3);
+    let mut attempts = 0;
+    for i in 0..10 {
+        let out = c.complete(&chat(&format!("n{i}"), false)).await.unwrap();
+        assert_eq!(out.endpoint, mock.url);
+        attempts += out.attempts;
+    }
+    // The dead endpoint cost a retry or two at first, then no more.
+    assert!(attempts <= 12, "{attempts} attempts for 10 requests");
+    assert_eq!(mock.requests(), 10);
+}

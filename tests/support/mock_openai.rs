@@ -1,0 +1,367 @@
+//! A mock OpenAI-compatible server, a test fixture (not part of the product).
+//!
+//! It answers `/v1/chat/completions` and `/v1/completions`, streamed or not,
+//! with a content that is a pure function of the request's input
+//! (`expected_content`), so tests can check every record. Settings give it a
+//! latency, a token rate and a capacity; a queue of faults makes the next
+//! requests fail in the ways real servers do.
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{Notify, Semaphore};
+
+/// How the next request goes wrong (or not).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Fault {
+    /// A normal answer.
+    Ok,
+    /// A normal chat answer with reasoning kept apart.
+    Reasoning,
+    /// An error status, with an optional Retry-After in seconds.
+    Status { code: u16, retry_after: Option<u64> },
+    /// Accepts the request and never sends headers.
+    HangBeforeHeaders,
+    /// Sends the headers and a first chunk, then nothing.
+    StallMidStream,
+    /// Sends part of the answer and closes without finish_reason or [DONE].
+    CloseWithoutDone,
+    /// A normal answer cut by max_tokens: finish_reason "length".
+    Length,
+    /// A 200 whose body is not JSON.
+    InvalidJson,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct Settings {
+    /// Before the first byte of an answer.
+    pub latency: Duration,
+    /// Tokens per second for streamed answers; 0 sends them at once.
+    pub tokens_per_second: f64,
+    /// Requests served at once; more wait their turn.
+    pub capacity: usize,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            latency: Duration::ZERO,
+            tokens_per_second: 0.0,
+            capacity: 1024,
+        }
+    }
+}
+
+#[derive(Default)]
+struct State {
+    faults: Mutex<VecDeque<Fault>>,
+    requests: AtomicUsize,
+    bodies: Mutex<Vec<Value>>,
+    authorizations: Mutex<Vec<String>>,
+    /// Requests whose client hung up before the answer was complete.
+    abandoned: AtomicUsize,
+    abandoned_changed: Notify,
+}
+
+pub struct MockOpenAi {
+    pub url: String,
+    state: Arc<State>,
+    server: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for MockOpenAi {
+    fn drop(&mut self) {
+        self.server.abort();
+    }
+}
+
+/// The answer the mock gives for an input text.
+pub fn expected_content(input: &str) -> String {
+    format!("answer to: {input}")
+}
+
+impl MockOpenAi {
+    pub async fn start(settings: Settings) -> MockOpenAi {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind mock");
+        let url = format!("http://{}", listener.local_addr().expect("addr"));
+        let state = Arc::new(State::default());
+        let capacity = Arc::new(Semaphore::new(settings.capacity));
+        let serving = state.clone();
+        let server = tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                let state = serving.clone();
+                let capacity = capacity.clone();
+                tokio::spawn(async move {
+                    let _ = serve(stream, &state, settings, &capacity).await;
+                });
+            }
+        });
+        MockOpenAi { url, state, server }
+    }
+
+    /// Queues faults for the next requests, in order; then answers are normal.
+    pub fn push(&self, faults: impl IntoIterator<Item = Fault>) {
+        self.state.faults.lock().unwrap().extend(faults);
+    }
+
+    pub fn requests(&self) -> usize {
+        self.state.requests.load(Ordering::SeqCst)
+    }
+
+    pub fn bodies(&self) -> Vec<Value> {
+        self.state.bodies.lock().unwrap().clone()
+    }
+
+    pub fn authorizations(&self) -> Vec<String> {
+        self.state.authorizations.lock().unwrap().clone()
+    }
+
+    /// Waits until `n` requests have been abandoned by their client.
+    pub async fn wait_abandoned(&self, n: usize) {
+        loop {
+            let notified = self.state.abandoned_changed.notified();
+            if self.state.abandoned.load(Ordering::SeqCst) >= n {
+                return;
+            }
+            notified.await;
+        }
+    }
+}
+
+struct Request {
+    path: String,
+    authorization: String,
+    body: Value,
+}
+
+async fn read_request(stream: &mut TcpStream) -> Option<Request> {
+    let mut buffer = Vec::new();
+    let mut chunk = [0u8; 8192];
+    let header_end = loop {
+        let n = stream.read(&mut chunk).await.ok()?;
+        if n == 0 {
+            return None;
+        }
+        buffer.extend_from_slice(&chunk[..n]);
+        if let Some(end) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
+            break end + 4;
+        }
+        if buffer.len() > 1 << 20 {
+            return None;
+        }
+    };
+    let head = String::from_utf8_lossy(&buffer[..header_end]).to_string();
+    let mut lines = head.lines();
+    let path = lines.next()?.split(' ').nth(1)?.to_string();
+    let mut length = 0;
+    let mut authorization = String::new();
+    for line in lines {
+        if let Some((name, value)) = line.split_once(':') {
+            match name.trim().to_ascii_lowercase().as_str() {
+                "content-length" => length = value.trim().parse().ok()?,
+                "authorization" => authorization = value.trim().to_string(),
+                _ => {}
+            }
+        }
+    }
+    while buffer.len() < header_end + length {
+        let n = stream.read(&mut chunk).await.ok()?;
+        if n == 0 {
+            return None;
+        }
+        buffer.extend_from_slice(&chunk[..n]);
+    }
+    let body = serde_json::from_slice(&buffer[header_end..header_end + length]).ok()?;
+    Some(Request {
+        path,
+        authorization,
+        body,
+    })
+}
+
+/// Waits for the client to hang up (at most a minute); counts it.
+async fn until_abandoned(stream: &mut TcpStream, state: &State) {
+    let mut byte = [0u8; 1];
+    if let Ok(Ok(0)) = tokio::time::timeout(Duration::from_secs(60), stream.read(&mut byte)).await {
+        state.abandoned.fetch_add(1, Ordering::SeqCst);
+        state.abandoned_changed.notify_waiters();
+    }
+}
+
+async fn serve(
+    mut stream: TcpStream,
+    state: &State,
+    settings: Settings,
+    capacity: &Semaphore,
+) -> std::io::Result<()> {
+    let Some(request) = read_request(&mut stream).await else {
+        return Ok(());
+    };
+    let _slot = capacity.acquire().await.expect("semaphore");
+    state.requests.fetch_add(1, Ordering::SeqCst);
+    state.bodies.lock().unwrap().push(request.body.clone());
+    state
+        .authorizations
+        .lock()
+        .unwrap()
+        .push(request.authorization.clone());
+    let fault = state
+        .faults
+        .lock()
+        .unwrap()
+        .pop_front()
+        .unwrap_or(Fault::Ok);
+    let chat = request.path.ends_with("/chat/completions");
+    let streamed = request.body["stream"].as_bool().unwrap_or(false);
+    let input = if chat {
+        request.body["messages"]
+            .as_array()
+            .and_then(|m| m.last())
+            .and_then(|m| m["content"].as_str())
+            .unwrap_or_default()
+            .to_string()
+    } else {
+        request.body["prompt"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    };
+    let content = expected_content(&input);
+    let model = request.body["model"].as_str().unwrap_or("mock").to_string();
+    tokio::time::sleep(settings.latency).await;
+
+    match fault {
+        Fault::HangBeforeHeaders => {
+            until_abandoned(&mut stream, state).await;
+            return Ok(());
+        }
+        Fault::Status { code, retry_after } => {
+            let body = json!({"error": {"message": format!("mock says {code}")}}).to_string();
+            let retry = retry_after
+                .map(|s| format!("retry-after: {s}\r\n"))
+                .unwrap_or_default();
+            let head = format!(
+                "HTTP/1.1 {code} Mock\r\ncontent-type: application/json\r\n{retry}\
+                 content-length: {}\r\nconnection: close\r\n\r\n",
+                body.len()
+            );
+            stream.write_all(head.as_bytes()).await?;
+            stream.write_all(body.as_bytes()).await?;
+            return stream.shutdown().await;
+        }
+        Fault::InvalidJson => {
+            let body = if streamed {
+                "data: {not json\n\n"
+            } else {
+                "{not json"
+            };
+            let kind = if streamed {
+                "text/event-stream"
+            } else {
+                "application/json"
+            };
+            let head = format!(
+                "HTTP/1.1 200 OK\r\ncontent-type: {kind}\r\ncontent-length: {}\r\n\
+                 connection: close\r\n\r\n",
+                body.len()
+            );
+            stream.write_all(head.as_bytes()).await?;
+            stream.write_all(body.as_bytes()).await?;
+            return stream.shutdown().await;
+        }
+        _ => {}
+    }
+
+    let finish = if fault == Fault::Length {
+        "length"
+    } else {
+        "stop"
+    };
+    let reasoning = (fault == Fault::Reasoning).then(|| format!("thinking about {input}"));
+    let tokens: Vec<String> = content.split_inclusive(' ').map(str::to_string).collect();
+    let usage = json!({"prompt_tokens": input.split_whitespace().count(),
+                       "completion_tokens": tokens.len(),
+                       "total_tokens": input.split_whitespace().count() + tokens.len()});
+
+    if !streamed {
+        if fault == Fault::StallMidStream || fault == Fault::CloseWithoutDone {
+            // A body cut short of its announced length.
+            let head = "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n\
+                        content-length: 1000\r\nconnection: close\r\n\r\n{\"choices\": [";
+            stream.write_all(head.as_bytes()).await?;
+            if fault == Fault::StallMidStream {
+                until_abandoned(&mut stream, state).await;
+                return Ok(());
+            }
+            return stream.shutdown().await;
+        }
+        let message = match (&reasoning, chat) {
+            (Some(r), true) => {
+                json!({"role": "assistant", "content": content, "reasoning_content": r})
+            }
+            (None, true) => json!({"role": "assistant", "content": content}),
+            _ => Value::Null,
+        };
+        let choice = if chat {
+            json!({"index": 0, "message": message, "finish_reason": finish})
+        } else {
+            json!({"index": 0, "text": content, "finish_reason": finish})
+        };
+        let body =
+            json!({"id": "mock", "model": model, "choices": [choice], "usage": usage}).to_string();
+        let head = format!(
+            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\
+             connection: close\r\n\r\n",
+            body.len()
+        );
+        stream.write_all(head.as_bytes()).await?;
+        stream.write_all(body.as_bytes()).await?;
+        return stream.shutdown().await;
+    }
+
+    // Streamed: close-delimited event stream.
+    let head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n";
+    stream.write_all(head.as_bytes()).await?;
+    let delta = |field: &str, text: &str| {
+        let choice = if chat {
+            json!({"index": 0, "delta": {field: text}, "finish_reason": null})
+        } else {
+            json!({"index": 0, "text": text, "finish_reason": null})
+        };
+        format!("data: {}\n\n", json!({"model": model, "choices": [choice]}))
+    };
+    if let Some(r) = &reasoning {
+        stream
+            .write_all(delta("reasoning_content", r).as_bytes())
+            .await?;
+    }
+    let pace = (settings.tokens_per_second > 0.0)
+        .then(|| Duration::from_secs_f64(1.0 / settings.tokens_per_second));
+    for (i, token) in tokens.iter().enumerate() {
+        stream.write_all(delta("content", token).as_bytes()).await?;
+        if i == 0 && fault == Fault::StallMidStream {
+            until_abandoned(&mut stream, state).await;
+            return Ok(());
+        }
+        if let Some(pace) = pace {
+            tokio::time::sleep(pace).await;
+        }
+    }
+    if fault == Fault::CloseWithoutDone {
+        return stream.shutdown().await;
+    }
+    let last_choice = if chat {
+        json!({"index": 0, "delta": {}, "finish_reason": finish})
+    } else {
+        json!({"index": 0, "text": "", "finish_reason": finish})
+    };
+    let last = json!({"model": model, "choices": [last_choice]});
+    let usage_chunk = json!({"model": model, "choices": [], "usage": usage});
+    let tail = format!("data: {last}\n\ndata: {usage_chunk}\n\ndata: [DONE]\n\n");
+    stream.write_all(tail.as_bytes()).await?;
+    stream.shutdown().await
+}
