@@ -11,3 +11,4 @@ pub mod inference;
 pub mod proto;
 pub mod server;
 pub mod store;
+pub mod worker;

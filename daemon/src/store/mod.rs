@@ -5,6 +5,7 @@
 //! on disk. Readers use a separate pool and never block the writer. After each
 //! commit the newest event sequence number is published, which is how `WatchPlan`
 //! streams learn that there is something new to read.
+mod checkpoints;
 mod persist;
 mod read;
 mod sqlite;
@@ -21,6 +22,7 @@ use sqlx::sqlite::{
 use tokio::sync::watch;
 
 use crate::domain;
+pub use checkpoints::Checkpoint;
 pub use read::{EventFilter, TaskFilter};
 pub use views::{Detail, EventView, PlanSummary, PlanView, TaskPage, TaskView};
 pub use write::{NewTask, TaskUpdate, WrittenTodos};

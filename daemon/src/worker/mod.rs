@@ -1,0 +1,3 @@
+//! Phase workers: the daemon runs tasks of the phase kinds itself. So far this
+//! holds the exactly-once output files; the runtime and the phases build on it.
+pub mod output;
