@@ -69,7 +69,9 @@ async fn bad_inputs_get_the_right_code_and_leave_the_store_unchanged() {
         plan: "p".into(),
         content: "generate".into(),
         kind: "generation".into(),
-        spec_json: "{}".into(),
+        spec_json: r#"{"prompts": "p.jsonl", "output": "o.jsonl", "model": "m",
+            "endpoints": ["http://127.0.0.1:9"]}"#
+            .into(),
         depends_on: vec!["t3".into()],
         ..Default::default()
     })
@@ -129,6 +131,8 @@ async fn bad_inputs_get_the_right_code_and_leave_the_store_unchanged() {
         ("plan exists", Call::CreatePlan(proto::CreatePlanRequest { name: "p".into(), title: String::new() }), Code::AlreadyExists, "plan p"),
         ("phase without spec", Call::CreateTask(proto::CreateTaskRequest { plan: "p".into(), content: "gen".into(), kind: "generation".into(), ..Default::default() }), Code::InvalidArgument, "spec_json"),
         ("spec not JSON", Call::CreateTask(proto::CreateTaskRequest { plan: "p".into(), content: "gen".into(), kind: "generation".into(), spec_json: "{prompts:".into(), ..Default::default() }), Code::InvalidArgument, "spec_json"),
+        ("generation spec without endpoints", Call::CreateTask(proto::CreateTaskRequest { plan: "p".into(), content: "gen".into(), kind: "generation".into(), spec_json: r#"{"prompts": "p", "output": "o", "model": "m", "endpoints": []}"#.into(), ..Default::default() }), Code::InvalidArgument, "spec_json: endpoints"),
+        ("generation spec with an unknown field", Call::CreateTask(proto::CreateTaskRequest { plan: "p".into(), content: "gen".into(), kind: "generation".into(), spec_json: r#"{"prompts": "p", "output": "o", "model": "m", "endpoints": ["http://x:1"], "temprature": 1}"#.into(), ..Default::default() }), Code::InvalidArgument, "unknown field `temprature`"),
         ("spec not an object", Call::CreateTask(proto::CreateTaskRequest { plan: "p".into(), content: "gen".into(), kind: "tokenization".into(), spec_json: "[1, 2]".into(), ..Default::default() }), Code::InvalidArgument, "spec_json"),
         ("unknown kind", Call::CreateTask(proto::CreateTaskRequest { plan: "p".into(), content: "x".into(), kind: "training".into(), ..Default::default() }), Code::InvalidArgument, "kind"),
         ("task in unknown plan", Call::CreateTask(proto::CreateTaskRequest { plan: "nope".into(), content: "x".into(), ..Default::default() }), Code::NotFound, "plan nope"),

@@ -121,7 +121,9 @@ async fn phase_tasks_are_never_archived_by_an_agent_list() {
             plan: "run".into(),
             content: "generate completions".into(),
             kind: "generation".into(),
-            spec_json: r#"{"prompts": "p.jsonl", "output": "out.jsonl"}"#.into(),
+            spec_json: r#"{"prompts": "p.jsonl", "output": "out.jsonl", "model": "m",
+                "endpoints": ["http://127.0.0.1:9"], "auto_start": false}"#
+                .into(),
             ..Default::default()
         })
         .await
@@ -129,7 +131,7 @@ async fn phase_tasks_are_never_archived_by_an_agent_list() {
         .into_inner();
     assert_eq!(
         phase.spec_json,
-        r#"{"output":"out.jsonl","prompts":"p.jsonl"}"#
+        r#"{"auto_start":false,"endpoints":["http://127.0.0.1:9"],"model":"m","output":"out.jsonl","prompts":"p.jsonl"}"#
     );
     let written = c
         .write_todos(write_request("run", vec![item("", "check output", "", "")]))

@@ -89,10 +89,17 @@ pub async fn run(
         let _ = rx.wait_for(|stop| *stop).await;
     };
 
-    let todos = TodosServer::new(TodoService::new(store, stop_rx.clone()))
+    let todos = TodosServer::new(TodoService::new(store.clone(), stop_rx.clone()))
         .max_decoding_message_size(MAX_REQUEST_BYTES)
         .max_encoding_message_size(MAX_RESPONSE_BYTES);
     let auth = BearerAuth::new(options.token.as_deref());
+
+    // Phase workers run beside the API and stop with it, resumable.
+    let workers = tokio::spawn(crate::worker::runtime::run(
+        store.clone(),
+        crate::worker::runtime::new_run_id(),
+        stop_rx.clone(),
+    ));
 
     let mut servers = tokio::task::JoinSet::new();
     if let Some(listener) = listeners.tcp {
@@ -123,11 +130,15 @@ pub async fn run(
         tokio::select! {
             next = servers.join_next() => match next {
                 Some(result) => result.map_err(|e| Error::Listener(e.to_string()))??,
-                None => return Ok(()),
+                None => {
+                    let _ = workers.await;
+                    return Ok(());
+                }
             },
             _ = &mut drained => {
                 tracing::warn!("calls still running {DRAIN_DEADLINE:?} after shutdown began; stopping anyway");
                 servers.abort_all();
+                workers.abort();
                 return Ok(());
             }
         }

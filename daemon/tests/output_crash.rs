@@ -144,7 +144,7 @@ fn records_are_written_exactly_once_across_kills() {
         let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
         if kills < KILLS {
             // Let it commit a few batches, then kill it mid-flight.
-            let wanted = 1 + random(40);
+            let wanted = 1 + random(20);
             let mut seen = 0;
             for line in lines.by_ref() {
                 let line = line.unwrap();

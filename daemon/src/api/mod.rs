@@ -210,6 +210,10 @@ impl Todos for TodoService {
             spec: req.spec_json,
             depends_on: convert::task_ids("depends_on", &req.depends_on)?,
         };
+        if new.kind == crate::domain::Kind::Generation {
+            crate::worker::generation::GenerationSpec::parse(&new.spec)
+                .map_err(|reason| Rule::invalid("spec_json", reason))?;
+        }
         let task = self.store.create_task(&new, &ctx).await?;
         Ok(Response::new(convert::task(task)))
     }

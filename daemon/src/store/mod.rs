@@ -7,6 +7,7 @@
 //! streams learn that there is something new to read.
 mod checkpoints;
 mod persist;
+mod phases;
 mod read;
 mod sqlite;
 mod views;
@@ -23,6 +24,7 @@ use tokio::sync::watch;
 
 use crate::domain;
 pub use checkpoints::Checkpoint;
+pub use phases::{PhaseTask, DAEMON_ACTOR};
 pub use read::{EventFilter, TaskFilter};
 pub use views::{Detail, EventView, PlanSummary, PlanView, TaskPage, TaskView};
 pub use write::{NewTask, TaskUpdate, WrittenTodos};
