@@ -347,6 +347,25 @@ pub fn event_line(e: &Event, with_plan: bool) -> String {
         &e.task_id
     };
     let _ = write!(s, " {task} {}", e.r#type);
+    // A worker's progress reads better as a bar than as its JSON.
+    if e.r#type == "progress" {
+        if let Ok(p) = serde_json::from_str::<serde_json::Value>(&e.new_value) {
+            let int = |k: &str| p.get(k).and_then(serde_json::Value::as_i64).unwrap_or(0);
+            let rate = p
+                .get("rate_per_second")
+                .and_then(serde_json::Value::as_f64)
+                .unwrap_or(0.0);
+            let _ = write!(
+                s,
+                " {} failed {} tokens {} {rate:.1}/s eta {}s",
+                progress_bar(int("done"), int("total"), 20),
+                int("failed"),
+                int("tokens"),
+                int("eta_seconds")
+            );
+            return s;
+        }
+    }
     let value = match (e.old_value.trim().is_empty(), e.new_value.trim().is_empty()) {
         (false, false) => format!(
             "{} -> {}",
@@ -529,6 +548,20 @@ mod tests {
             out.contains("  ready next:\n    [ ] t1  do t1\n    ... and 1 more\n"),
             "{out}"
         );
+    }
+
+    #[test]
+    fn progress_events_show_a_bar() {
+        let e = Event {
+            seq: 7,
+            task_id: "t9".into(),
+            r#type: "progress".into(),
+            new_value: r#"{"done":50,"failed":1,"total":100,"tokens":900,"rate_per_second":12.5,"eta_seconds":4}"#.into(),
+            ..Default::default()
+        };
+        let line = event_line(&e, false);
+        assert!(line.contains("50%"), "{line}");
+        assert!(line.contains("12.5/s eta 4s"), "{line}");
     }
 
     #[test]
