@@ -44,6 +44,8 @@ pub struct Settings {
     pub tokens_per_second: f64,
     /// Requests served at once; more wait their turn.
     pub capacity: usize,
+    /// Keep each request's body for `bodies()`.
+    pub keep_bodies: bool,
 }
 
 impl Default for Settings {
@@ -52,16 +54,20 @@ impl Default for Settings {
             latency: Duration::ZERO,
             tokens_per_second: 0.0,
             capacity: 1024,
+            keep_bodies: true,
         }
     }
 }
 
 #[derive(Default)]
 struct State {
+    /// Off for benchmarks: 100k bodies are a lot of memory for nothing.
+    keep_bodies: bool,
     faults: Mutex<VecDeque<Fault>>,
     requests: AtomicUsize,
     bodies: Mutex<Vec<Value>>,
     authorizations: Mutex<Vec<String>>,
+    requests_changed: Notify,
     /// Requests whose client hung up before the answer was complete.
     abandoned: AtomicUsize,
     abandoned_changed: Notify,
@@ -88,7 +94,10 @@ impl MockOpenAi {
     pub async fn start(settings: Settings) -> MockOpenAi {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind mock");
         let url = format!("http://{}", listener.local_addr().expect("addr"));
-        let state = Arc::new(State::default());
+        let state = Arc::new(State {
+            keep_bodies: settings.keep_bodies,
+            ..State::default()
+        });
         let capacity = Arc::new(Semaphore::new(settings.capacity));
         let serving = state.clone();
         let server = tokio::spawn(async move {
@@ -118,6 +127,17 @@ impl MockOpenAi {
 
     pub fn authorizations(&self) -> Vec<String> {
         self.state.authorizations.lock().unwrap().clone()
+    }
+
+    /// Waits until the mock has received `n` requests in all.
+    pub async fn wait_requests(&self, n: usize) {
+        loop {
+            let notified = self.state.requests_changed.notified();
+            if self.requests() >= n {
+                return;
+            }
+            notified.await;
+        }
     }
 
     /// Waits until `n` requests have been abandoned by their client.
@@ -203,7 +223,10 @@ async fn serve(
     };
     let _slot = capacity.acquire().await.expect("semaphore");
     state.requests.fetch_add(1, Ordering::SeqCst);
-    state.bodies.lock().unwrap().push(request.body.clone());
+    state.requests_changed.notify_waiters();
+    if state.keep_bodies {
+        state.bodies.lock().unwrap().push(request.body.clone());
+    }
     state
         .authorizations
         .lock()
