@@ -150,9 +150,10 @@ async fn main() {
         }
     }
 
-    // 2. A mock of fixed capacity: 16 slots, 50 ms each = 320 requests/s.
-    const SLOTS: usize = 16;
-    const LATENCY_MS: u64 = 50;
+    // 2. A mock of fixed capacity: 64 slots, 200 ms each = 320 requests/s.
+    // (Long enough that the timer's millisecond rounding costs under 0.5%.)
+    const SLOTS: usize = 64;
+    const LATENCY_MS: u64 = 200;
     const M: usize = 3200;
     let limited = MockOpenAi::start(Settings {
         latency: Duration::from_millis(LATENCY_MS),
