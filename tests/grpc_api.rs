@@ -121,7 +121,7 @@ async fn phase_tasks_are_never_archived_by_an_agent_list() {
             plan: "run".into(),
             content: "generate completions".into(),
             kind: "generation".into(),
-            spec_json: r#"{"prompts": "p.jsonl", "output": "out.jsonl", "model": "m",
+            spec_json: r#"{"prompts": "/data/p.jsonl", "output": "/data/out.jsonl", "model": "m",
                 "endpoints": ["http://127.0.0.1:9"], "auto_start": false}"#
                 .into(),
             ..Default::default()
@@ -131,7 +131,7 @@ async fn phase_tasks_are_never_archived_by_an_agent_list() {
         .into_inner();
     assert_eq!(
         phase.spec_json,
-        r#"{"auto_start":false,"endpoints":["http://127.0.0.1:9"],"model":"m","output":"out.jsonl","prompts":"p.jsonl"}"#
+        r#"{"auto_start":false,"endpoints":["http://127.0.0.1:9"],"model":"m","output":"/data/out.jsonl","prompts":"/data/p.jsonl"}"#
     );
     let written = c
         .write_todos(write_request("run", vec![item("", "check output", "", "")]))

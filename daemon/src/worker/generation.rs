@@ -93,6 +93,19 @@ impl GenerationSpec {
     pub fn parse(json: &str) -> Result<GenerationSpec, String> {
         let spec: GenerationSpec =
             serde_json::from_str(json).map_err(|e| format!("generation spec: {e}"))?;
+        for (field, path) in [
+            ("prompts", Some(&spec.prompts)),
+            ("output", Some(&spec.output)),
+            ("failures", spec.failures.as_ref()),
+            ("rejects", spec.rejects.as_ref()),
+        ] {
+            if let Some(path) = path.filter(|p| !p.is_absolute()) {
+                return Err(format!(
+                    "{field}: {:?} is relative; the daemon needs an absolute path",
+                    path.display().to_string()
+                ));
+            }
+        }
         if spec.endpoints.is_empty() {
             return Err("endpoints: at least one base URL is needed".into());
         }
