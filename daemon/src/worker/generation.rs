@@ -206,7 +206,7 @@ async fn run_inner(
         .map_err(|e| format!("cannot load the checkpoint: {e}"))?;
     let paths = spec.paths();
     let offsets = checkpoint.offsets.clone();
-    let mut files = tokio::task::spawn_blocking(move || OutputFiles::open(&paths, &offsets))
+    let files = tokio::task::spawn_blocking(move || OutputFiles::open(&paths, &offsets))
         .await
         .map_err(|e| e.to_string())?
         .map_err(|e| format!("cannot open the output files: {e}"))?;
@@ -229,8 +229,17 @@ async fn run_inner(
         spec.api_key_env.as_deref(),
         limits,
     )?);
-    let mut counts = Counts {
-        done: checkpoint.records.len() as u64,
+    // After a resume, earlier failures count as done: the checkpoint keeps
+    // which records are written, not which file each went to. Rejects are
+    // told apart by their id.
+    let rejected = checkpoint
+        .records
+        .iter()
+        .filter(|r| r.starts_with("#line:"))
+        .count() as u64;
+    let counts = Counts {
+        done: checkpoint.records.len() as u64 - rejected,
+        rejected,
         ..Counts::default()
     };
 
@@ -310,10 +319,17 @@ async fn run_inner(
     drop(out_tx);
 
     // Committer: this task.
-    let started = Instant::now();
-    let done_at_start = counts.done;
-    let mut batch: Vec<String> = Vec::new();
-    let mut last_checkpoint = Instant::now();
+    let mut committer = Committer {
+        store,
+        task,
+        files,
+        batch: Vec::new(),
+        done_at_start: counts.done,
+        counts,
+        total,
+        started: Instant::now(),
+        last_checkpoint: Instant::now(),
+    };
     enum Step {
         Written(Option<Written>),
         Tick,
@@ -325,54 +341,16 @@ async fn run_inner(
             _ = tokio::time::sleep(CHECKPOINT_EVERY) => Step::Tick,
             _ = async { let _ = stop.wait_for(|s| *s).await; } => Step::Stop,
         };
-        let next = match step {
-            Step::Written(next) => next,
-            Step::Stop => break false,
-            Step::Tick => {
-                if !batch.is_empty() {
-                    checkpoint_now(
-                        store,
-                        task,
-                        &mut files,
-                        &mut batch,
-                        &counts,
-                        total,
-                        started,
-                        done_at_start,
-                    )
-                    .await?;
-                    last_checkpoint = Instant::now();
+        match step {
+            Step::Written(Some(written)) => {
+                committer.take(written)?;
+                if committer.due() {
+                    committer.checkpoint().await?;
                 }
-                continue;
             }
-        };
-        let Some(written) = next else {
-            break true;
-        };
-        files
-            .append(written.file, written.line.as_bytes())
-            .map_err(|e| format!("cannot write the output: {e}"))?;
-        match written.file {
-            OUTPUT => counts.done += 1,
-            FAILURES => counts.failed += 1,
-            _ => counts.rejected += 1,
-        }
-        counts.tokens += written.tokens;
-        counts.length_finishes += u64::from(written.length_finish);
-        batch.push(written.record);
-        if batch.len() >= BATCH || last_checkpoint.elapsed() >= CHECKPOINT_EVERY {
-            checkpoint_now(
-                store,
-                task,
-                &mut files,
-                &mut batch,
-                &counts,
-                total,
-                started,
-                done_at_start,
-            )
-            .await?;
-            last_checkpoint = Instant::now();
+            Step::Written(None) => break true,
+            Step::Tick => committer.checkpoint().await?,
+            Step::Stop => break false,
         }
     };
     requesters.abort_all();
@@ -380,19 +358,8 @@ async fn run_inner(
         // Stopped: what is appended but not committed is cut on resume.
         return Ok(None);
     }
-    if !batch.is_empty() {
-        checkpoint_now(
-            store,
-            task,
-            &mut files,
-            &mut batch,
-            &counts,
-            total,
-            started,
-            done_at_start,
-        )
-        .await?;
-    }
+    committer.checkpoint().await?;
+    let counts = committer.counts;
     reader
         .await
         .map_err(|e| e.to_string())?
@@ -408,44 +375,77 @@ async fn run_inner(
     ))
 }
 
-/// fsyncs the files, then commits their lengths and the batch's ids, then
-/// reports progress.
-#[allow(clippy::too_many_arguments)]
-async fn checkpoint_now(
-    store: &Store,
+/// The committer's state: what is appended since the last checkpoint, and the
+/// counts that progress reports.
+struct Committer<'a> {
+    store: &'a Store,
     task: TaskId,
-    files: &mut OutputFiles,
-    batch: &mut Vec<String>,
-    counts: &Counts,
+    files: OutputFiles,
+    batch: Vec<String>,
+    counts: Counts,
     total: u64,
     started: Instant,
     done_at_start: u64,
-) -> Result<(), String> {
-    // A few fsyncs a second on the async worker, like the store's commits.
-    let offsets = files
-        .sync()
-        .map_err(|e| format!("cannot sync the output: {e}"))?;
-    store
-        .commit_checkpoint(task, &offsets, batch)
-        .await
-        .map_err(|e| format!("cannot commit the checkpoint: {e}"))?;
-    batch.clear();
-    let handled = counts.done + counts.failed + counts.rejected;
-    let rate = (counts.done - done_at_start) as f64 / started.elapsed().as_secs_f64().max(0.001);
-    let eta = if rate > 0.0 {
-        (total.saturating_sub(handled) as f64 / rate) as i64
-    } else {
-        0
-    };
-    let progress = json!({
-        "done": counts.done, "failed": counts.failed + counts.rejected, "total": total,
-        "tokens": counts.tokens, "rate_per_second": rate, "eta_seconds": eta,
-    });
-    // Progress is best effort: a failure here must not stop the run.
-    if let Err(error) = store.report_progress(task, &progress.to_string()).await {
-        tracing::warn!(%error, task = %task, "cannot record progress");
+    last_checkpoint: Instant,
+}
+
+impl Committer<'_> {
+    fn take(&mut self, written: Written) -> Result<(), String> {
+        self.files
+            .append(written.file, written.line.as_bytes())
+            .map_err(|e| format!("cannot write the output: {e}"))?;
+        match written.file {
+            OUTPUT => self.counts.done += 1,
+            FAILURES => self.counts.failed += 1,
+            _ => self.counts.rejected += 1,
+        }
+        self.counts.tokens += written.tokens;
+        self.counts.length_finishes += u64::from(written.length_finish);
+        self.batch.push(written.record);
+        Ok(())
     }
-    Ok(())
+
+    fn due(&self) -> bool {
+        self.batch.len() >= BATCH || self.last_checkpoint.elapsed() >= CHECKPOINT_EVERY
+    }
+
+    /// fsyncs the files, then commits their lengths and the batch's ids, then
+    /// reports progress.
+    async fn checkpoint(&mut self) -> Result<(), String> {
+        if self.batch.is_empty() {
+            return Ok(());
+        }
+        // A few fsyncs a second on the async worker, like the store's commits.
+        let offsets = self
+            .files
+            .sync()
+            .map_err(|e| format!("cannot sync the output: {e}"))?;
+        self.store
+            .commit_checkpoint(self.task, &offsets, &self.batch)
+            .await
+            .map_err(|e| format!("cannot commit the checkpoint: {e}"))?;
+        self.batch.clear();
+        self.last_checkpoint = Instant::now();
+        let c = &self.counts;
+        let handled = c.done + c.failed + c.rejected;
+        let elapsed = self.started.elapsed().as_secs_f64().max(0.001);
+        let rate = (c.done - self.done_at_start) as f64 / elapsed;
+        let left = self.total.saturating_sub(handled) as f64;
+        let eta = if rate > 0.0 { (left / rate) as i64 } else { 0 };
+        let progress = json!({
+            "done": c.done, "failed": c.failed + c.rejected, "total": self.total,
+            "tokens": c.tokens, "rate_per_second": rate, "eta_seconds": eta,
+        });
+        // Progress is best effort: a failure here must not stop the run.
+        if let Err(error) = self
+            .store
+            .report_progress(self.task, &progress.to_string())
+            .await
+        {
+            tracing::warn!(%error, task = %self.task, "cannot record progress");
+        }
+        Ok(())
+    }
 }
 
 fn count_lines(path: &std::path::Path) -> std::io::Result<u64> {
