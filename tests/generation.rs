@@ -8,7 +8,9 @@ use std::time::Duration;
 use futures::StreamExt;
 use serde_json::{json, Value};
 use todod_e2e::mock_openai::{expected_content, Fault, MockOpenAi, Settings};
-use todod_e2e::{connect, proto, transition, Client, RealDaemon, TestDaemon};
+use todod_e2e::{
+    connect, create_generation, proto, transition, wait_task, Client, RealDaemon, TestDaemon,
+};
 
 fn write_prompts(path: &Path, n: usize, bad_lines: bool) {
     let mut text = String::new();
@@ -50,48 +52,12 @@ fn spec(dir: &Path, url: &str, concurrency: usize) -> String {
 }
 
 async fn create(c: &mut Client, spec: String) -> String {
-    c.write_todos(todod_e2e::write_request("gen", vec![]))
-        .await
-        .unwrap();
-    c.create_task(proto::CreateTaskRequest {
-        plan: "gen".into(),
-        content: "generate completions".into(),
-        kind: "generation".into(),
-        spec_json: spec,
-        ..Default::default()
-    })
-    .await
-    .unwrap()
-    .into_inner()
-    .id
+    create_generation(c, "gen", spec).await
 }
 
 /// Follows the plan's events until `task` reaches one of `statuses`.
 async fn wait_status(c: &mut Client, task: &str, statuses: &[&str]) -> proto::Task {
-    let mut events = c
-        .watch_plan(proto::WatchPlanRequest {
-            plan: "gen".into(),
-            after_seq: 0,
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    loop {
-        let now = c
-            .get_task(proto::GetTaskRequest { id: task.into() })
-            .await
-            .unwrap()
-            .into_inner();
-        if statuses.contains(&now.status.as_str()) {
-            return now;
-        }
-        let event = tokio::time::timeout(Duration::from_secs(120), events.next())
-            .await
-            .expect("no event for two minutes")
-            .expect("the watch ended")
-            .unwrap();
-        let _ = event;
-    }
+    wait_task(c, "gen", task, |t| statuses.contains(&t.status.as_str())).await
 }
 
 /// Ids in the output and failures files, with how often each appears; every

@@ -14,10 +14,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
 use serde_json::json;
 use todod_e2e::mock_openai::{MockOpenAi, Settings};
-use todod_e2e::{connect, proto, write_request, Client, RealDaemon, TestDaemon};
+use todod_e2e::{connect, create_generation, proto, wait_task, Client, RealDaemon, TestDaemon};
 
 fn write_prompts(path: &Path, n: usize) {
     let mut file = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
@@ -36,43 +35,10 @@ fn spec(dir: &Path, url: &str, concurrency: usize) -> String {
     .to_string()
 }
 
-async fn create(c: &mut Client, plan: &str, spec: String) -> String {
-    c.write_todos(write_request(plan, vec![])).await.unwrap();
-    c.create_task(proto::CreateTaskRequest {
-        plan: plan.into(),
-        content: "generate".into(),
-        kind: "generation".into(),
-        spec_json: spec,
-        ..Default::default()
-    })
-    .await
-    .unwrap()
-    .into_inner()
-    .id
-}
-
-/// Follows events until `done(task)` holds.
+/// Follows events until `done(task)` holds; a failed run fails the bench.
 async fn wait_until(c: &mut Client, plan: &str, task: &str, done: impl Fn(&proto::Task) -> bool) {
-    let mut events = c
-        .watch_plan(proto::WatchPlanRequest {
-            plan: plan.into(),
-            after_seq: 0,
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    loop {
-        let now = c
-            .get_task(proto::GetTaskRequest { id: task.into() })
-            .await
-            .unwrap()
-            .into_inner();
-        assert_ne!(now.status, "failed", "{}", now.error);
-        if done(&now) {
-            return;
-        }
-        events.next().await.unwrap().unwrap();
-    }
+    let task = wait_task(c, plan, task, |t| t.status == "failed" || done(t)).await;
+    assert_ne!(task.status, "failed", "{}", task.error);
 }
 
 fn rss_kib(pid: u32) -> u64 {
@@ -115,7 +81,7 @@ async fn main() {
     let daemon = TestDaemon::start().await;
     let mut c = daemon.client().await;
     let started = Instant::now();
-    let id = create(&mut c, "bench", spec(dir.path(), &mock.url, CONCURRENCY)).await;
+    let id = create_generation(&mut c, "bench", spec(dir.path(), &mock.url, CONCURRENCY)).await;
     wait_until(&mut c, "bench", &id, |t| t.status == "completed").await;
     let todod_rate = N as f64 / started.elapsed().as_secs_f64();
     drop(c);
@@ -169,7 +135,7 @@ async fn main() {
     let started = Instant::now();
     // Twice as many requests in flight as the server has slots, so that one
     // is always queued when a slot frees (as one runs a real server).
-    let id = create(
+    let id = create_generation(
         &mut c,
         "capacity",
         spec(dir2.path(), &limited.url, 2 * SLOTS),
@@ -195,7 +161,7 @@ async fn main() {
     let mut daemon = RealDaemon::spawn(state.path());
     watch_rss(daemon.child.id(), peak.clone());
     let mut c = connect(&daemon.url()).await;
-    let id = create(&mut c, "big", spec(dir3.path(), &mock.url, CONCURRENCY)).await;
+    let id = create_generation(&mut c, "big", spec(dir3.path(), &mock.url, CONCURRENCY)).await;
     wait_until(&mut c, "big", &id, |t| {
         t.progress.as_ref().is_some_and(|p| p.done >= 60_000)
     })

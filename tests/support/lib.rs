@@ -266,3 +266,53 @@ pub async fn snapshot(client: &mut Client) -> String {
     }
     out
 }
+
+/// Creates plan `plan` (if needed) and a generation task in it; returns its id.
+pub async fn create_generation(c: &mut Client, plan: &str, spec: String) -> String {
+    c.write_todos(write_request(plan, vec![])).await.unwrap();
+    c.create_task(proto::CreateTaskRequest {
+        plan: plan.into(),
+        content: "generate completions".into(),
+        kind: "generation".into(),
+        spec_json: spec,
+        ..Default::default()
+    })
+    .await
+    .unwrap()
+    .into_inner()
+    .id
+}
+
+/// Follows the plan's events until `done` holds for `task`; returns the task.
+/// A stream that goes two minutes without an event fails the caller.
+pub async fn wait_task(
+    c: &mut Client,
+    plan: &str,
+    task: &str,
+    done: impl Fn(&proto::Task) -> bool,
+) -> proto::Task {
+    use futures::StreamExt;
+    let mut events = c
+        .watch_plan(proto::WatchPlanRequest {
+            plan: plan.into(),
+            after_seq: 0,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    loop {
+        let now = c
+            .get_task(proto::GetTaskRequest { id: task.into() })
+            .await
+            .unwrap()
+            .into_inner();
+        if done(&now) {
+            return now;
+        }
+        tokio::time::timeout(Duration::from_secs(120), events.next())
+            .await
+            .expect("no event for two minutes")
+            .expect("the watch ended")
+            .unwrap();
+    }
+}
