@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use todod_e2e::{connect, item, proto, write_request, RealDaemon};
+use todod_e2e::{connect, item, proto, try_connect, write_request, RealDaemon};
 
 const ROUNDS: usize = 12;
 const CLIENTS: usize = 4;
@@ -26,14 +26,9 @@ impl Lcg {
 /// write, so a torn write would show as two pending items or a gap.
 async fn writer(url: String, plan: String, first_ack: Started) -> Vec<String> {
     let mut acked = Vec::new();
-    let Ok(channel) = tonic::transport::Channel::from_shared(url)
-        .unwrap()
-        .connect()
-        .await
-    else {
+    let Some(mut c) = try_connect(&url).await else {
         return acked;
     };
-    let mut c = proto::todos_client::TodosClient::new(channel);
     let stored = match c
         .read_todos(proto::ReadTodosRequest { plan: plan.clone() })
         .await
@@ -81,14 +76,9 @@ type Expected = (String, &'static str, String);
 /// complete the previous one. Returns the events each acknowledged call implies.
 async fn graph_writer(url: String, plan: String, first_ack: Started) -> Vec<Expected> {
     let mut acked = Vec::new();
-    let Ok(channel) = tonic::transport::Channel::from_shared(url)
-        .unwrap()
-        .connect()
-        .await
-    else {
+    let Some(mut c) = try_connect(&url).await else {
         return acked;
     };
-    let mut c = proto::todos_client::TodosClient::new(channel);
     let create = proto::CreatePlanRequest {
         name: plan.clone(),
         title: "crash".into(),

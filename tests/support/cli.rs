@@ -338,15 +338,8 @@ pub fn spawn_watch(env: &Env, args: &[&str]) -> (Spawned, mpsc::Receiver<String>
 
 /// The real `todod` serving only a Unix socket; returns once it is listening.
 pub fn spawn_unix_daemon(state_dir: &Path, socket: &Path) -> Spawned {
-    let mut child = Command::new(binary("todod"))
-        .arg("--state-dir")
-        .arg(state_dir)
-        .args(["--listen", "none", "--socket"])
-        .arg(socket)
-        .env("RUST_LOG", "warn")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
+    let socket_arg = socket.to_str().expect("UTF-8 socket path");
+    let mut child = crate::todod_command(state_dir, &["--listen", "none", "--socket", socket_arg])
         .spawn()
         .expect("spawn todod");
     let mut line = String::new();

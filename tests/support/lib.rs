@@ -98,15 +98,37 @@ impl TestDaemon {
 }
 
 pub async fn connect(url: &str) -> Client {
+    try_connect(url).await.expect("connect to daemon")
+}
+
+/// Like `connect`, for callers that expect the daemon may be gone.
+pub async fn try_connect(url: &str) -> Option<Client> {
     let channel = Channel::from_shared(url.to_string())
         .expect("url")
         .connect_timeout(Duration::from_secs(10))
         .connect()
         .await
-        .expect("connect to daemon");
-    TodosClient::new(channel)
-        .max_decoding_message_size(usize::MAX)
-        .max_encoding_message_size(usize::MAX)
+        .ok()?;
+    Some(
+        TodosClient::new(channel)
+            .max_decoding_message_size(usize::MAX)
+            .max_encoding_message_size(usize::MAX),
+    )
+}
+
+/// The real `todod` on `state_dir` with `args`, its stdout piped for the
+/// readiness line ("todod listening on ADDR").
+pub fn todod_command(state_dir: &Path, args: &[&str]) -> Command {
+    let mut command = Command::new(binary("todod"));
+    command
+        .arg("--state-dir")
+        .arg(state_dir)
+        .args(args)
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    command
 }
 
 /// A binary of this workspace, built by `cargo test --workspace`.
@@ -135,15 +157,9 @@ impl RealDaemon {
     }
 
     pub fn spawn_with(state_dir: &Path, extra: &[&str]) -> RealDaemon {
-        let mut child = Command::new(binary("todod"))
-            .arg("--state-dir")
-            .arg(state_dir)
-            .args(["--listen", "127.0.0.1:0", "--socket", "none"])
-            .args(extra)
-            .env("RUST_LOG", "warn")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
+        let mut args = vec!["--listen", "127.0.0.1:0", "--socket", "none"];
+        args.extend_from_slice(extra);
+        let mut child = todod_command(state_dir, &args)
             .spawn()
             .expect("spawn todod");
         // The first stdout line is the readiness signal: "todod listening on ADDR".

@@ -135,10 +135,6 @@ impl InferenceClient {
         })
     }
 
-    pub fn endpoints(&self) -> &Endpoints {
-        &self.endpoints
-    }
-
     /// Sends `request`, retrying as `Limits::backoff` allows, on whichever
     /// endpoint is least loaded each time.
     pub async fn complete(&self, request: &CompletionRequest) -> Result<Outcome, Failed> {

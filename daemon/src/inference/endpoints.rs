@@ -98,21 +98,6 @@ impl Endpoints {
         endpoint.outstanding.fetch_add(1, Ordering::Relaxed);
         Lease { endpoint }
     }
-
-    /// The URLs with whether each is set aside now, for progress and logs.
-    pub fn status(&self) -> Vec<(String, bool)> {
-        let now = Instant::now();
-        self.all
-            .iter()
-            .map(|e| {
-                let health = e.health.lock().unwrap_or_else(|p| p.into_inner());
-                (
-                    e.url.clone(),
-                    health.set_aside_until.is_some_and(|t| t > now),
-                )
-            })
-            .collect()
-    }
 }
 
 impl Lease<'_> {
@@ -165,6 +150,21 @@ impl Drop for Lease<'_> {
 mod tests {
     use super::*;
 
+    /// Whether each endpoint is set aside now.
+    fn aside(e: &Endpoints) -> Vec<bool> {
+        let now = Instant::now();
+        e.all
+            .iter()
+            .map(|e| {
+                e.health
+                    .lock()
+                    .unwrap()
+                    .set_aside_until
+                    .is_some_and(|t| t > now)
+            })
+            .collect()
+    }
+
     fn endpoints() -> Endpoints {
         Endpoints::new(&["http://a:1".into(), "http://b:2/".into()]).unwrap()
     }
@@ -205,7 +205,7 @@ mod tests {
         let probe = e.acquire_at(later);
         assert_eq!(probe.url(), "http://a:1");
         probe.succeeded();
-        assert!(e.status().iter().all(|(_, aside)| !aside));
+        assert!(aside(&e).iter().all(|a| !a));
     }
 
     #[test]
@@ -219,7 +219,7 @@ mod tests {
         for _ in 0..10 {
             e.acquire().failed(&limited);
         }
-        assert!(e.status().iter().all(|(_, aside)| !aside));
+        assert!(aside(&e).iter().all(|a| !a));
     }
 
     #[test]
