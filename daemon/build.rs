@@ -8,6 +8,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let out_dir = PathBuf::from(std::env::var("OUT_DIR")?);
     println!("cargo:rerun-if-changed=../proto");
     tonic_build::configure()
+        .codec_path("crate::codec::StrictCodec")
         .file_descriptor_set_path(out_dir.join("todod_v1_descriptor.bin"))
         .compile_protos(&["../proto/todod/v1/todod.proto"], &["../proto"])?;
     Ok(())

@@ -47,6 +47,21 @@ fn transition(id: &str, to: &str) -> Call {
 async fn bad_inputs_get_the_right_code_and_leave_the_store_unchanged() {
     let daemon = TestDaemon::start().await;
     let mut c = daemon.client().await;
+    // The phase task's files live in the test's own directory, and its
+    // endpoint is a port the test holds and never answers.
+    let files = tempfile::tempdir().unwrap();
+    let prompts = files.path().join("p.jsonl");
+    std::fs::write(
+        &prompts,
+        "{\"id\": \"a\", \"messages\": [{\"role\": \"user\", \"content\": \"hi\"}]}\n",
+    )
+    .unwrap();
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let endpoint = format!("http://{}", silent.local_addr().unwrap());
+    let spec = serde_json::json!({
+        "prompts": prompts, "output": files.path().join("o.jsonl"), "model": "m",
+        "endpoints": [endpoint],
+    });
     // Plan p: t1 completed <- t2 in_progress; t3 pending. Plan q: t4.
     let p = c
         .write_todos(write_request(
@@ -69,9 +84,7 @@ async fn bad_inputs_get_the_right_code_and_leave_the_store_unchanged() {
         plan: "p".into(),
         content: "generate".into(),
         kind: "generation".into(),
-        spec_json: r#"{"prompts": "/data/p.jsonl", "output": "/data/o.jsonl", "model": "m",
-            "endpoints": ["http://127.0.0.1:9"]}"#
-            .into(),
+        spec_json: spec.to_string(),
         depends_on: vec!["t3".into()],
         ..Default::default()
     })
@@ -131,9 +144,9 @@ async fn bad_inputs_get_the_right_code_and_leave_the_store_unchanged() {
         ("plan exists", Call::CreatePlan(proto::CreatePlanRequest { name: "p".into(), title: String::new() }), Code::AlreadyExists, "plan p"),
         ("phase without spec", Call::CreateTask(proto::CreateTaskRequest { plan: "p".into(), content: "gen".into(), kind: "generation".into(), ..Default::default() }), Code::InvalidArgument, "spec_json"),
         ("spec not JSON", Call::CreateTask(proto::CreateTaskRequest { plan: "p".into(), content: "gen".into(), kind: "generation".into(), spec_json: "{prompts:".into(), ..Default::default() }), Code::InvalidArgument, "spec_json"),
-        ("generation spec without endpoints", Call::CreateTask(proto::CreateTaskRequest { plan: "p".into(), content: "gen".into(), kind: "generation".into(), spec_json: r#"{"prompts": "/p", "output": "/o", "model": "m", "endpoints": []}"#.into(), ..Default::default() }), Code::InvalidArgument, "spec_json: endpoints"),
-        ("generation spec with an unknown field", Call::CreateTask(proto::CreateTaskRequest { plan: "p".into(), content: "gen".into(), kind: "generation".into(), spec_json: r#"{"prompts": "/p", "output": "/o", "model": "m", "endpoints": ["http://x:1"], "temprature": 1}"#.into(), ..Default::default() }), Code::InvalidArgument, "unknown field `temprature`"),
-        ("generation spec with a relative path", Call::CreateTask(proto::CreateTaskRequest { plan: "p".into(), content: "gen".into(), kind: "generation".into(), spec_json: r#"{"prompts": "prompts.jsonl", "output": "/o", "model": "m", "endpoints": ["http://x:1"]}"#.into(), ..Default::default() }), Code::InvalidArgument, "prompts: \"prompts.jsonl\" is relative"),
+        ("generation spec without endpoints", Call::CreateTask(proto::CreateTaskRequest { plan: "p".into(), content: "gen".into(), kind: "generation".into(), spec_json: r#"{"prompts": "/p", "output": "/o", "model": "m", "endpoints": []}"#.into(), ..Default::default() }), Code::InvalidArgument, "spec.endpoints: at least one"),
+        ("generation spec with an unknown field", Call::CreateTask(proto::CreateTaskRequest { plan: "p".into(), content: "gen".into(), kind: "generation".into(), spec_json: r#"{"prompts": "/p", "output": "/o", "model": "m", "endpoints": ["http://x:1"], "temprature": 1}"#.into(), ..Default::default() }), Code::InvalidArgument, "spec.temprature: unknown field"),
+        ("generation spec with a relative path", Call::CreateTask(proto::CreateTaskRequest { plan: "p".into(), content: "gen".into(), kind: "generation".into(), spec_json: r#"{"prompts": "prompts.jsonl", "output": "/o", "model": "m", "endpoints": ["http://x:1"]}"#.into(), ..Default::default() }), Code::InvalidArgument, "spec.prompts: \"prompts.jsonl\" is relative"),
         ("spec not an object", Call::CreateTask(proto::CreateTaskRequest { plan: "p".into(), content: "gen".into(), kind: "tokenization".into(), spec_json: "[1, 2]".into(), ..Default::default() }), Code::InvalidArgument, "spec_json"),
         ("unknown kind", Call::CreateTask(proto::CreateTaskRequest { plan: "p".into(), content: "x".into(), kind: "training".into(), ..Default::default() }), Code::InvalidArgument, "kind"),
         ("task in unknown plan", Call::CreateTask(proto::CreateTaskRequest { plan: "nope".into(), content: "x".into(), ..Default::default() }), Code::NotFound, "plan nope"),

@@ -418,7 +418,7 @@ fn writes_the_daemon_refuses_change_nothing() {
 
 #[test]
 fn a_token_daemon_wants_the_token() {
-    let env = Env::start_with(&["--token", "s3cret"]);
+    let env = Env::start_with(&["--token", "s3cret-s3cret-s3cret"]);
     let plan = "private";
 
     // No token: 6, with a hint.
@@ -434,17 +434,17 @@ fn a_token_daemon_wants_the_token() {
 
     // A wrong token: 6 too.
     let mut cmd = env.cmd(&["status"]);
-    cmd.args(["--token", "guess"]);
+    cmd.args(["--token", "guess-guess-guess-guess"]);
     let message = run_cmd(cmd, None).refused(6).to_string();
     assert!(message.contains("check --token"), "{message}");
 
     // The right token, as a flag or from TODOD_TOKEN.
-    let mut cmd = env.cmd(&["--token", "s3cret", "write", "-p", plan]);
+    let mut cmd = env.cmd(&["--token", "s3cret-s3cret-s3cret", "write", "-p", plan]);
     cmd.env_remove("TODOD_TOKEN");
     let run = run_cmd(cmd, Some(br#"[{"content": "Secret work"}]"#));
     assert_eq!(run.code, 0, "{run:#?}");
     let mut cmd = env.cmd(&["--json", "list", "-p", plan]);
-    cmd.env("TODOD_TOKEN", "s3cret");
+    cmd.env("TODOD_TOKEN", "s3cret-s3cret-s3cret");
     let run = run_cmd(cmd, None);
     assert_eq!(run.code, 0, "{run:#?}");
     let listed: Value = serde_json::from_str(&run.stdout).unwrap();
@@ -452,13 +452,13 @@ fn a_token_daemon_wants_the_token() {
 
     // The token is never echoed back.
     let mut cmd = env.cmd(&["status", "nope"]);
-    cmd.args(["--token", "s3cret"]);
+    cmd.args(["--token", "s3cret-s3cret-s3cret"]);
     let run = run_cmd(cmd, None);
-    assert!(!run.stderr.contains("s3cret"), "{run:#?}");
+    assert!(!run.stderr.contains("s3cret-s3cret-s3cret"), "{run:#?}");
     run.refused(3);
 
     let authed = Env {
-        token: Some("s3cret".into()),
+        token: Some("s3cret-s3cret-s3cret".into()),
         ..env
     };
     assert!(authed.ok(&["status", plan]).contains("1 task: 1 pending"));

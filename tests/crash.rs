@@ -2,31 +2,18 @@
 //! there after the restart, every write is all-or-nothing, and SQLite's
 //! integrity check passes.
 use std::collections::HashMap;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
-use todod_e2e::{connect, item, proto, try_connect, write_request, RealDaemon};
+use todod_e2e::{connect, item, proto, try_connect, write_request, RealDaemon, Target};
 
 const ROUNDS: usize = 12;
 const CLIENTS: usize = 4;
 
-/// A tiny deterministic generator; the seed is printed so a failure can be replayed.
-struct Lcg(u64);
-
-impl Lcg {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        (self.0 >> 33) % n
-    }
-}
-
 /// One client's plan: it appends `item n` and completes `item n-1` in the same
 /// write, so a torn write would show as two pending items or a gap.
-async fn writer(url: String, plan: String, first_ack: Started) -> Vec<String> {
+async fn writer(target: Target, plan: String, first_ack: Started) -> Vec<String> {
     let mut acked = Vec::new();
-    let Some(mut c) = try_connect(&url).await else {
+    let Some(mut c) = try_connect(target).await else {
         return acked;
     };
     let stored = match c
@@ -74,9 +61,9 @@ type Expected = (String, &'static str, String);
 /// Every other write path, on a fresh plan per round: create a plan, then per
 /// step create a task, make it depend on the previous one, start, rename and
 /// complete the previous one. Returns the events each acknowledged call implies.
-async fn graph_writer(url: String, plan: String, first_ack: Started) -> Vec<Expected> {
+async fn graph_writer(target: Target, plan: String, first_ack: Started) -> Vec<Expected> {
     let mut acked = Vec::new();
-    let Some(mut c) = try_connect(&url).await else {
+    let Some(mut c) = try_connect(target).await else {
         return acked;
     };
     let create = proto::CreatePlanRequest {
@@ -156,12 +143,12 @@ async fn plan_not_found_is_empty(c: &mut todod_e2e::Client, plan: &str) -> Vec<p
 /// was applied whole: in a list writer's plan all items but the last are
 /// completed and there is no gap; every acknowledged graph call left its event.
 async fn verify(
-    url: &str,
+    target: &Target,
     acked: &HashMap<String, Vec<String>>,
     graph_acked: &[(String, Vec<Expected>)],
     when: &str,
 ) {
-    let mut c = connect(url).await;
+    let mut c = connect(target).await;
     for k in 0..CLIENTS {
         let plan = format!("client-{k}");
         let todos = plan_not_found_is_empty(&mut c, &plan).await;
@@ -206,12 +193,8 @@ async fn verify(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acknowledged_writes_survive_kill_9() {
-    let seed = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_nanos() as u64;
-    println!("crash test seed {seed}");
-    let mut rng = Lcg(seed);
+    let mut rng = todod_e2e::rng::TestRng::new("acknowledged_writes_survive_kill_9");
+    let seed = rng.replay();
     let dir = tempfile::tempdir().unwrap();
     let mut acked: HashMap<String, Vec<String>> = HashMap::new();
     let mut total_acked = 0;
@@ -219,12 +202,12 @@ async fn acknowledged_writes_survive_kill_9() {
 
     for round in 0..ROUNDS {
         let mut daemon = RealDaemon::spawn(dir.path());
-        let url = daemon.url();
+        let url = daemon.target();
         verify(
             &url,
             &acked,
             &graph_acked,
-            &format!("round {round} (seed {seed})"),
+            &format!("round {round} ({seed})"),
         )
         .await;
 
@@ -260,7 +243,13 @@ async fn acknowledged_writes_survive_kill_9() {
 
     // After the last kill: one more start, the same checks, a clean stop.
     let mut daemon = RealDaemon::spawn(dir.path());
-    verify(&daemon.url(), &acked, &graph_acked, "after the last kill").await;
+    verify(
+        &daemon.target(),
+        &acked,
+        &graph_acked,
+        "after the last kill",
+    )
+    .await;
     assert!(daemon.terminate().success(), "todod did not stop cleanly");
 
     // And a look at the file itself.

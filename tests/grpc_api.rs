@@ -116,22 +116,37 @@ async fn phase_tasks_are_never_archived_by_an_agent_list() {
     })
     .await
     .unwrap();
+    let files = tempfile::tempdir().unwrap();
+    let dir = std::fs::canonicalize(files.path()).unwrap();
+    std::fs::write(dir.join("p.jsonl"), "").unwrap();
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let endpoint = format!("http://{}", silent.local_addr().unwrap());
     let phase = c
         .create_task(proto::CreateTaskRequest {
             plan: "run".into(),
             content: "generate completions".into(),
             kind: "generation".into(),
-            spec_json: r#"{"prompts": "/data/p.jsonl", "output": "/data/out.jsonl", "model": "m",
-                "endpoints": ["http://127.0.0.1:9"], "auto_start": false}"#
-                .into(),
+            spec_json: serde_json::json!({
+                "prompts": dir.join("p.jsonl"), "output": dir.join("out.jsonl"), "model": "m",
+                "endpoints": [format!("{endpoint}/")], "auto_start": false,
+            })
+            .to_string(),
             ..Default::default()
         })
         .await
         .unwrap()
         .into_inner();
+    // Stored as checked: canonical paths, the default side files named, the
+    // endpoint without its trailing slash.
+    let stored: serde_json::Value = serde_json::from_str(&phase.spec_json).unwrap();
     assert_eq!(
-        phase.spec_json,
-        r#"{"auto_start":false,"endpoints":["http://127.0.0.1:9"],"model":"m","output":"/data/out.jsonl","prompts":"/data/p.jsonl"}"#
+        stored,
+        serde_json::json!({
+            "auto_start": false, "endpoints": [endpoint], "model": "m",
+            "prompts": dir.join("p.jsonl"), "output": dir.join("out.jsonl"),
+            "failures": dir.join("out.jsonl.failures.jsonl"),
+            "rejects": dir.join("out.jsonl.rejects.jsonl"),
+        })
     );
     let written = c
         .write_todos(write_request("run", vec![item("", "check output", "", "")]))

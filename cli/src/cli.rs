@@ -39,6 +39,16 @@ pub struct GlobalOpts {
         hide_env_values = true
     )]
     pub token: Option<String>,
+    /// The daemon's state directory, where todoctl finds the token for TCP
+    /// [default: $XDG_STATE_HOME/todod or ~/.local/state/todod]
+    #[arg(
+        long,
+        global = true,
+        help_heading = "Global options",
+        env = "TODOD_STATE_DIR",
+        value_name = "DIR"
+    )]
+    pub state_dir: Option<std::path::PathBuf>,
     /// Print machine-readable JSON instead of text
     #[arg(long, global = true, help_heading = "Global options")]
     pub json: bool,

@@ -83,6 +83,21 @@ pub fn parse_addr(addr: &str) -> Result<Target, CliError> {
     Ok(Target::Http(url))
 }
 
+/// The token in the daemon's state directory, for a TCP address; `None` for
+/// a Unix socket (private to the user, no token needed) or when there is no
+/// readable token file.
+pub fn token_from_state_dir(addr: &str, state_dir: Option<&std::path::Path>) -> Option<String> {
+    if !matches!(parse_addr(addr), Ok(Target::Http(_))) {
+        return None;
+    }
+    let dir = match state_dir {
+        Some(dir) => dir.to_path_buf(),
+        None => todod::config::default_state_dir()?,
+    };
+    let text = std::fs::read_to_string(dir.join(todod::config::TOKEN_FILE)).ok()?;
+    Some(text.trim().to_string()).filter(|t| !t.is_empty())
+}
+
 /// How to reach the daemon; `connect` can be called again to reconnect.
 #[derive(Clone)]
 pub struct Connector {

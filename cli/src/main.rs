@@ -21,6 +21,7 @@ mod error;
 mod graph;
 mod json;
 mod render;
+mod safe;
 mod todo_input;
 
 use std::process::ExitCode;
@@ -58,7 +59,7 @@ fn main() -> ExitCode {
         ) {
             None => ExitCode::SUCCESS,
             Some((exit, message)) => {
-                eprintln!("todoctl: {message}");
+                eprintln!("todoctl: {}", safe::escape(&message));
                 ExitCode::from(exit as u8)
             }
         },

@@ -71,12 +71,11 @@ pub fn duration(secs: i64) -> String {
     }
 }
 
-/// Newlines and other control characters become spaces, so one item stays one line.
+/// One field on one line: trimmed, with newlines and every control or format
+/// character shown escaped (`\n`, `\u{1b}`), so one item stays one line and
+/// no client text can drive the terminal.
 pub fn one_line(s: &str) -> String {
-    s.trim()
-        .chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
-        .collect()
+    crate::safe::escape(s.trim()).into_owned()
 }
 
 fn truncate(s: &str, max: usize) -> String {
@@ -277,10 +276,16 @@ fn more(out: &mut String, count: i64, shown: usize) {
 /// Every field of a task, then its history.
 pub fn task_details(t: &Task, events: &[Event]) -> String {
     let mut out = String::new();
-    let _ = writeln!(out, "{} {}  {}", marker(&t.status), t.id, t.content.trim());
+    let _ = writeln!(
+        out,
+        "{} {}  {}",
+        marker(&t.status),
+        t.id,
+        one_line(&t.content)
+    );
     let mut field = |name: &str, value: &str| {
         if !value.trim().is_empty() {
-            let _ = writeln!(out, "  {name:<11} {value}");
+            let _ = writeln!(out, "  {name:<11} {}", one_line(value));
         }
     };
     field("plan", &t.plan);
@@ -328,7 +333,7 @@ fn json_block(out: &mut String, name: &str, raw: &str) {
         .unwrap_or_else(|| raw.trim().to_string());
     let _ = writeln!(out, "  {name}:");
     for line in pretty.lines() {
-        let _ = writeln!(out, "    {line}");
+        let _ = writeln!(out, "    {}", crate::safe::escape(line));
     }
 }
 
@@ -393,7 +398,7 @@ pub fn event_line(e: &Event, with_plan: bool) -> String {
         let _ = write!(s, " {change}");
     }
     if !e.actor.is_empty() {
-        let _ = write!(s, " by {}", e.actor);
+        let _ = write!(s, " by {}", one_line(&e.actor));
     }
     if !e.reason.trim().is_empty() {
         let _ = write!(s, " (reason: {})", one_line(&e.reason));

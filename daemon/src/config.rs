@@ -2,7 +2,8 @@
 //! one database.
 use std::fs::{self, File, OpenOptions};
 use std::io;
-use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::io::{Read, Write};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 
@@ -10,6 +11,8 @@ use std::path::{Path, PathBuf};
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:50710";
 pub const DATABASE_FILE: &str = "todod.db";
 pub const SOCKET_FILE: &str = "todod.sock";
+/// The bearer token of the TCP listener, readable by the daemon's user only.
+pub const TOKEN_FILE: &str = "token";
 const LOCK_FILE: &str = "todod.lock";
 
 /// `$XDG_STATE_HOME/todod`, else `~/.local/state/todod`.
@@ -68,4 +71,30 @@ pub fn bind_private_socket(path: &Path) -> io::Result<tokio::net::UnixListener> 
     let listener = tokio::net::UnixListener::bind(path)?;
     fs::set_permissions(path, fs::Permissions::from_mode(0o600))?;
     Ok(listener)
+}
+
+/// The token in `dir`'s token file, creating the file (mode 0600, 32 random
+/// bytes as hex) on first start. Call with the state lock held.
+pub fn load_or_create_token(dir: &Path) -> io::Result<String> {
+    let path = dir.join(TOKEN_FILE);
+    match fs::read_to_string(&path) {
+        Ok(text) => return Ok(text.trim().to_string()),
+        Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+        Err(_) => {}
+    }
+    let mut bytes = [0u8; 32];
+    File::open("/dev/urandom")?.read_exact(&mut bytes)?;
+    let token: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    let tmp = dir.join(format!("{TOKEN_FILE}.tmp"));
+    let _ = fs::remove_file(&tmp);
+    let mut file = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&tmp)?;
+    file.write_all(format!("{token}\n").as_bytes())?;
+    file.sync_all()?;
+    fs::rename(&tmp, &path)?;
+    File::open(dir)?.sync_all()?;
+    Ok(token)
 }

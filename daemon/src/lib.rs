@@ -5,10 +5,11 @@
 //! (SQLite), [`api`] (gRPC), [`server`] (listeners and shutdown), [`config`]
 //! (where state lives). The binary in `main.rs` only wires them together.
 pub mod api;
+pub mod codec;
 pub mod config;
 pub mod domain;
 pub mod inference;
+pub mod phase;
 pub mod proto;
 pub mod server;
 pub mod store;
-pub mod worker;

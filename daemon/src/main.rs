@@ -5,7 +5,9 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context};
 use clap::Parser;
+use todod::api::auth::validate_token;
 use todod::config;
+use todod::phase::Boundaries;
 use todod::server::{self, Listeners, Options};
 use todod::store::Store;
 
@@ -15,22 +17,51 @@ use todod::store::Store;
     about = "Durable todo graph daemon for AI agents and the pipelines they drive"
 )]
 struct Args {
-    /// Directory holding the database, lock and socket
+    /// Directory holding the database, lock, token and socket
     /// [default: $XDG_STATE_HOME/todod or ~/.local/state/todod]
     #[arg(long, env = "TODOD_STATE_DIR")]
     state_dir: Option<PathBuf>,
 
-    /// TCP address to serve gRPC on, or "none". Anything but loopback needs --token.
+    /// TCP address to serve gRPC on, or "none". Every TCP call needs the token.
     #[arg(long, env = "TODOD_LISTEN", default_value = config::DEFAULT_LISTEN)]
     listen: String,
 
-    /// Unix socket to serve on (mode 0600), or "none" [default: STATE_DIR/todod.sock]
+    /// Unix socket to serve on (mode 0600, no token needed), or "none"
+    /// [default: STATE_DIR/todod.sock]
     #[arg(long, env = "TODOD_SOCKET")]
     socket: Option<String>,
 
-    /// Bearer token every client must present (required off loopback)
+    /// Bearer token TCP clients must present (at least 16 characters)
+    /// [default: generated once into STATE_DIR/token, mode 0600]
     #[arg(long, env = "TODOD_TOKEN", hide_env_values = true)]
     token: Option<String>,
+
+    /// Serve TCP on loopback without a token. Any local user can then drive the
+    /// daemon: only for a machine you do not share.
+    #[arg(long, conflicts_with = "token")]
+    insecure_no_token: bool,
+
+    /// Confine every file a phase task reads or writes to this directory
+    /// (repeatable). Without it, phase files may be anywhere the daemon's
+    /// user may write, except the state directory.
+    #[arg(
+        long = "data-root",
+        value_name = "DIR",
+        env = "TODOD_DATA_ROOTS",
+        value_delimiter = ':'
+    )]
+    data_roots: Vec<PathBuf>,
+
+    /// An environment variable that phase specs may name as `api_key_env`
+    /// (repeatable). Variables named TODOD_SECRET_* are always allowed; no
+    /// other variable of the daemon is ever sent to a server.
+    #[arg(
+        long = "secret-env",
+        value_name = "NAME",
+        env = "TODOD_SECRET_ENV",
+        value_delimiter = ','
+    )]
+    secret_env: Vec<String>,
 
     /// Log format: "text" or "json". Filter with RUST_LOG (default: info).
     #[arg(long, env = "TODOD_LOG_FORMAT", default_value = "text")]
@@ -38,10 +69,14 @@ struct Args {
 }
 
 fn init_tracing(format: &str) -> anyhow::Result<()> {
+    use std::io::IsTerminal;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // Colour only for a person looking at a terminal, never in a log file.
+    let colour = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(colour)
         .with_writer(std::io::stderr);
     match format {
         "text" => builder.init(),
@@ -70,7 +105,10 @@ fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = ()>> {
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     init_tracing(&args.log_format)?;
-    let token = args.token.filter(|t| !t.is_empty());
+    let given_token = match &args.token {
+        Some(token) => Some(validate_token(token).map_err(|e| anyhow::anyhow!("--token: {e}"))?),
+        None => None,
+    };
     let shutdown = shutdown_signal()?;
 
     let state_dir = match args.state_dir {
@@ -82,11 +120,16 @@ async fn main() -> anyhow::Result<()> {
         .with_context(|| format!("cannot create state directory {}", state_dir.display()))?;
     let _lock = config::lock_state_dir(&state_dir)?;
     let db_path = state_dir.join(config::DATABASE_FILE);
-    let store = Store::open(&db_path)
-        .await
-        .with_context(|| format!("cannot open database {}", db_path.display()))?;
+    for name in &args.secret_env {
+        if name.is_empty() || name.contains('=') {
+            bail!("--secret-env {name:?}: not a variable name");
+        }
+    }
+    let bounds = Boundaries::new(Some(&state_dir), &args.data_roots, args.secret_env.clone())
+        .context("--data-root: every data root must be an existing directory")?;
 
     let mut listeners = Listeners::default();
+    let mut token = None;
     if args.listen != "none" {
         let addr: SocketAddr = args.listen.parse().with_context(|| {
             format!(
@@ -94,14 +137,39 @@ async fn main() -> anyhow::Result<()> {
                 args.listen
             )
         })?;
-        if !addr.ip().is_loopback() && token.is_none() {
-            bail!("--listen {addr}: serving beyond loopback needs --token (or TODOD_TOKEN)");
+        if args.insecure_no_token {
+            if !addr.ip().is_loopback() {
+                bail!("--listen {addr}: --insecure-no-token is only for loopback addresses");
+            }
+            tracing::warn!(
+                %addr,
+                "serving TCP without a token (--insecure-no-token): any local user can drive \
+                 this daemon and the files it writes"
+            );
+        } else {
+            token = Some(match given_token {
+                Some(token) => token,
+                None => {
+                    let token = config::load_or_create_token(&state_dir).with_context(|| {
+                        format!("cannot read or create the token in {}", state_dir.display())
+                    })?;
+                    validate_token(&token).map_err(|e| {
+                        anyhow::anyhow!(
+                            "{}: {e}; remove it to have a new one made",
+                            state_dir.join(config::TOKEN_FILE).display()
+                        )
+                    })?
+                }
+            });
         }
         let listener = tokio::net::TcpListener::bind(addr)
             .await
             .with_context(|| format!("cannot listen on {addr}"))?;
         listeners.tcp = Some(listener);
     }
+    let store = Store::open(&db_path)
+        .await
+        .with_context(|| format!("cannot open database {}", db_path.display()))?;
     let socket = match args.socket.as_deref() {
         Some("none") => None,
         Some(path) => Some(PathBuf::from(path)),
@@ -121,7 +189,12 @@ async fn main() -> anyhow::Result<()> {
         println!("todod listening on unix:{}", path.display());
     }
     tracing::info!(database = %db_path.display(), "todod ready");
-    server::run(store.clone(), listeners, Options { token }, shutdown).await?;
+    let options = Options {
+        token,
+        bounds,
+        fs: None,
+    };
+    server::run(store.clone(), listeners, options, shutdown).await?;
     store.close().await;
     if let Some(path) = socket {
         let _ = std::fs::remove_file(path);

@@ -1,6 +1,7 @@
 //! Serves the gRPC API on the listeners it is given until `shutdown` resolves.
 //! The binary binds and calls `run`; tests call the same `run` in-process.
 use std::future::Future;
+use std::sync::Arc;
 
 use tokio::net::{TcpListener, UnixListener};
 use tokio::sync::watch;
@@ -13,6 +14,8 @@ use tower::layer::util::{Identity, Stack};
 
 use crate::api::auth::BearerAuth;
 use crate::api::{TodoService, MAX_REQUEST_BYTES, MAX_RESPONSE_BYTES};
+use crate::phase::files::{RealFs, SharedFs};
+use crate::phase::{runtime, Boundaries};
 use crate::proto::todos_server::TodosServer;
 use crate::proto::FILE_DESCRIPTOR_SET;
 use crate::store::Store;
@@ -34,10 +37,26 @@ pub struct Listeners {
     pub unix: Option<UnixListener>,
 }
 
-#[derive(Debug, Clone, Default)]
+#[derive(Clone, Default)]
 pub struct Options {
-    /// When set, every call must carry `authorization: Bearer <token>`.
+    /// When set, every call over TCP must carry `authorization: Bearer
+    /// <token>`. The Unix socket is private to the daemon's user (mode 0600)
+    /// and needs none.
     pub token: Option<String>,
+    /// What phase tasks may touch: files and secrets.
+    pub bounds: Boundaries,
+    /// The file layer phases write through (the real one unless a test
+    /// gives another).
+    pub fs: Option<SharedFs>,
+}
+
+impl std::fmt::Debug for Options {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Options")
+            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .field("bounds", &self.bounds)
+            .finish()
+    }
 }
 
 /// How long calls in flight may run once shutdown has begun.
@@ -46,6 +65,7 @@ const DRAIN_DEADLINE: std::time::Duration = std::time::Duration::from_secs(10);
 type Routes = Router<Stack<InterceptorLayer<BearerAuth>, Identity>>;
 
 /// One router per listener: tonic's `Router` is not `Clone`, its services are.
+/// Health and reflection sit behind the same token check as the API.
 fn router<H: Health>(
     todos: &TodosServer<TodoService>,
     health: &HealthServer<H>,
@@ -89,28 +109,35 @@ pub async fn run(
         let _ = rx.wait_for(|stop| *stop).await;
     };
 
-    let todos = TodosServer::new(TodoService::new(store.clone(), stop_rx.clone()))
-        .max_decoding_message_size(MAX_REQUEST_BYTES)
-        .max_encoding_message_size(MAX_RESPONSE_BYTES);
-    let auth = BearerAuth::new(options.token.as_deref());
-
-    // Phase workers run beside the API and stop with it, resumable.
-    let workers = tokio::spawn(crate::worker::runtime::run(
+    let bounds = Arc::new(options.bounds.clone());
+    let todos = TodosServer::new(TodoService::new(
         store.clone(),
-        crate::worker::runtime::new_run_id(),
+        bounds.clone(),
         stop_rx.clone(),
-    ));
+    ))
+    .max_decoding_message_size(MAX_REQUEST_BYTES)
+    .max_encoding_message_size(MAX_RESPONSE_BYTES);
+    let tcp_auth = BearerAuth::new(options.token.as_deref());
+    let unix_auth = BearerAuth::new(None);
+
+    // Phase runs go on beside the API and stop with it, resumable.
+    let settings = runtime::Settings {
+        run_id: runtime::new_run_id(),
+        fs: options.fs.clone().unwrap_or_else(|| Arc::new(RealFs)),
+        bounds,
+    };
+    let workers = tokio::spawn(runtime::run(store.clone(), settings, stop_rx.clone()));
 
     let mut servers = tokio::task::JoinSet::new();
     if let Some(listener) = listeners.tcp {
         // Nagle plus delayed ACKs would add tens of milliseconds to small calls.
         let incoming = TcpIncoming::from_listener(listener, true, None)
             .map_err(|e| Error::Listener(e.to_string()))?;
-        let routes = router(&todos, &health, &auth)?;
+        let routes = router(&todos, &health, &tcp_auth)?;
         servers.spawn(routes.serve_with_incoming_shutdown(incoming, stopped(stop_rx.clone())));
     }
     if let Some(listener) = listeners.unix {
-        let routes = router(&todos, &health, &auth)?;
+        let routes = router(&todos, &health, &unix_auth)?;
         servers.spawn(routes.serve_with_incoming_shutdown(
             UnixListenerStream::new(listener),
             stopped(stop_rx.clone()),

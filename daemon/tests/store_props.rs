@@ -125,7 +125,9 @@ async fn run(ops: Vec<Op>) {
                     } else {
                         String::new()
                     },
+                    claims: vec![],
                     depends_on: deps.iter().map(|i| pick(&ids, *i)).collect(),
+                    requires_dependency: None,
                 };
                 store.create_task(&new, &ctx).await.map(|t| ids.push(t.id))
             }

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 use todod_e2e::mock_openai::{MockOpenAi, Settings};
-use todod_e2e::{connect, create_generation, proto, wait_task, Client, RealDaemon, TestDaemon};
+use todod_e2e::{create_generation, proto, wait_task, Client, RealDaemon, TestDaemon};
 
 fn write_prompts(path: &Path, n: usize) {
     let mut file = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
@@ -160,7 +160,7 @@ async fn main() {
     let peak = Arc::new(AtomicU64::new(0));
     let mut daemon = RealDaemon::spawn(state.path());
     watch_rss(daemon.child.id(), peak.clone());
-    let mut c = connect(&daemon.url()).await;
+    let mut c = daemon.client().await;
     let id = create_generation(&mut c, "big", spec(dir3.path(), &mock.url, CONCURRENCY)).await;
     wait_until(&mut c, "big", &id, |t| {
         t.progress.as_ref().is_some_and(|p| p.done >= 60_000)
@@ -173,7 +173,7 @@ async fn main() {
     watch_rss(daemon.child.id(), peak.clone());
     mock.wait_requests(before + 1).await;
     let to_first = restarted.elapsed();
-    let mut c = connect(&daemon.url()).await;
+    let mut c = daemon.client().await;
     wait_until(&mut c, "big", &id, |t| t.status == "completed").await;
     rows.push(format!(
         "| restart to the first resumed request, 60k of 100k done | **{:.0} ms** | < 1 s |",

@@ -96,9 +96,18 @@ pub fn finish(mut child: Child, stdin: Option<Vec<u8>>) -> Run {
 /// `todoctl` with only the given address, token and environment.
 pub fn todoctl_at(addr: &str, token: Option<&str>) -> Command {
     let mut cmd = Command::new(binary("todoctl"));
-    for var in ["TODOD_TOKEN", "TODOD_PLAN", "TODOD_CLIENT", "TODOD_ADDR"] {
+    for var in [
+        "TODOD_TOKEN",
+        "TODOD_PLAN",
+        "TODOD_CLIENT",
+        "TODOD_ADDR",
+        "TODOD_STATE_DIR",
+        "XDG_STATE_HOME",
+    ] {
         cmd.env_remove(var);
     }
+    // No token file of the machine's own daemon may leak in.
+    cmd.env("HOME", "/nonexistent");
     cmd.env("TODOD_ADDR", addr).arg("--addr").arg(addr);
     if let Some(token) = token {
         cmd.arg("--token").arg(token);
@@ -148,8 +157,11 @@ impl Env {
         self.daemon.url()
     }
 
+    /// todoctl as the daemon's owner runs it: it finds the token in the
+    /// daemon's state directory.
     pub fn cmd(&self, args: &[&str]) -> Command {
         let mut cmd = todoctl_at(&self.addr(), self.token.as_deref());
+        cmd.env("TODOD_STATE_DIR", &self.daemon.state_dir);
         cmd.args(args);
         cmd
     }

@@ -12,14 +12,71 @@ use todod::server::{self, Listeners, Options};
 use todod::store::Store;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
+use tonic::metadata::{Ascii, MetadataValue};
+use tonic::service::interceptor::InterceptedService;
+use tonic::service::Interceptor;
 use tonic::transport::Channel;
 
 pub use todod::proto;
 
 pub mod cli;
 pub mod mock_openai;
+pub mod rng;
 
-pub type Client = TodosClient<Channel>;
+/// A client of the daemon, with the bearer token when the daemon wants one.
+pub type Client = TodosClient<InterceptedService<Channel, Auth>>;
+
+/// Adds `authorization: Bearer <token>` to every call, when there is a token.
+#[derive(Clone, Default)]
+pub struct Auth(Option<MetadataValue<Ascii>>);
+
+impl Interceptor for Auth {
+    fn call(
+        &mut self,
+        mut request: tonic::Request<()>,
+    ) -> Result<tonic::Request<()>, tonic::Status> {
+        if let Some(value) = &self.0 {
+            request
+                .metadata_mut()
+                .insert("authorization", value.clone());
+        }
+        Ok(request)
+    }
+}
+
+/// Where a daemon listens, and the token it wants.
+#[derive(Debug, Clone)]
+pub struct Target {
+    pub url: String,
+    pub token: Option<String>,
+}
+
+impl From<&str> for Target {
+    fn from(url: &str) -> Target {
+        Target {
+            url: url.to_string(),
+            token: None,
+        }
+    }
+}
+
+impl From<String> for Target {
+    fn from(url: String) -> Target {
+        Target { url, token: None }
+    }
+}
+
+impl From<&String> for Target {
+    fn from(url: &String) -> Target {
+        Target::from(url.as_str())
+    }
+}
+
+impl From<&Target> for Target {
+    fn from(target: &Target) -> Target {
+        target.clone()
+    }
+}
 
 /// The daemon's `run`, in this process, on 127.0.0.1:0 and a database in a temp dir.
 pub struct TestDaemon {
@@ -97,23 +154,58 @@ impl TestDaemon {
     }
 }
 
-pub async fn connect(url: &str) -> Client {
-    try_connect(url).await.expect("connect to daemon")
+pub async fn connect(target: impl Into<Target>) -> Client {
+    try_connect(target).await.expect("connect to daemon")
 }
 
 /// Like `connect`, for callers that expect the daemon may be gone.
-pub async fn try_connect(url: &str) -> Option<Client> {
-    let channel = Channel::from_shared(url.to_string())
+pub async fn try_connect(target: impl Into<Target>) -> Option<Client> {
+    let target = target.into();
+    let channel = Channel::from_shared(target.url.clone())
         .expect("url")
         .connect_timeout(Duration::from_secs(10))
         .connect()
         .await
         .ok()?;
+    let auth = Auth(target.token.as_ref().map(|t| {
+        let mut value: MetadataValue<Ascii> = format!("Bearer {t}").parse().expect("token");
+        value.set_sensitive(true);
+        value
+    }));
     Some(
-        TodosClient::new(channel)
+        TodosClient::with_interceptor(channel, auth)
             .max_decoding_message_size(usize::MAX)
             .max_encoding_message_size(usize::MAX),
     )
+}
+
+/// Reads a todod's readiness line ("todod listening on ADDR") from its
+/// stdout and returns ADDR; panics with what it read otherwise.
+pub fn read_readiness(stdout: &mut impl BufRead) -> String {
+    let mut line = String::new();
+    stdout.read_line(&mut line).expect("read todod stdout");
+    match line.trim().strip_prefix("todod listening on ") {
+        Some(addr) => addr.to_string(),
+        None => panic!("todod did not report readiness: {line:?}"),
+    }
+}
+
+/// Waits for a child to exit, at most `limit`; kills it and panics after.
+pub fn wait_with_timeout(child: &mut Child, limit: Duration) -> std::process::ExitStatus {
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        if let Some(status) = child.try_wait().expect("wait for child") {
+            return status;
+        }
+        if std::time::Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("process {} did not exit within {limit:?}", child.id());
+        }
+        // A child's exit has no readiness signal to await without a second
+        // thread per child; a short poll bounded by the deadline is enough.
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }
 
 /// The real `todod` on `state_dir` with `args`, its stdout piped for the
@@ -149,6 +241,8 @@ pub struct RealDaemon {
     pub child: Child,
     pub addr: SocketAddr,
     pub state_dir: PathBuf,
+    /// The token it generated into its state directory (or was given).
+    pub token: Option<String>,
 }
 
 impl RealDaemon {
@@ -164,25 +258,35 @@ impl RealDaemon {
             .expect("spawn todod");
         // The first stdout line is the readiness signal: "todod listening on ADDR".
         let stdout = child.stdout.take().expect("stdout");
-        let mut line = String::new();
-        BufReader::new(stdout)
-            .read_line(&mut line)
-            .expect("read todod stdout");
-        let addr = line
-            .trim()
-            .rsplit(' ')
-            .next()
-            .and_then(|a| a.parse().ok())
-            .unwrap_or_else(|| panic!("todod did not report its address: {line:?}"));
+        let addr = read_readiness(&mut BufReader::new(stdout));
+        let addr = addr
+            .parse()
+            .unwrap_or_else(|_| panic!("todod reported {addr:?}, not a TCP address"));
+        let token = std::fs::read_to_string(state_dir.join(todod::config::TOKEN_FILE))
+            .ok()
+            .map(|t| t.trim().to_string());
         RealDaemon {
             child,
             addr,
             state_dir: state_dir.to_path_buf(),
+            token,
         }
     }
 
     pub fn url(&self) -> String {
         format!("http://{}", self.addr)
+    }
+
+    /// Its address with its token.
+    pub fn target(&self) -> Target {
+        Target {
+            url: self.url(),
+            token: self.token.clone(),
+        }
+    }
+
+    pub async fn client(&self) -> Client {
+        connect(self.target()).await
     }
 
     pub fn kill9(&mut self) {

@@ -25,8 +25,10 @@ impl Ctx {
     }
 }
 
-/// Writes text to stdout; a closed pipe surfaces as an io error that `main` ignores.
+/// Writes text to stdout; a closed pipe surfaces as an io error that `main`
+/// ignores. Control characters that reached the text are shown escaped.
 pub fn emit(text: &str) -> Result<()> {
+    let text = crate::safe::escape_keep_newlines(text);
     let mut out = std::io::stdout().lock();
     out.write_all(text.as_bytes())?;
     if !text.ends_with('\n') {
@@ -36,14 +38,32 @@ pub fn emit(text: &str) -> Result<()> {
     Ok(())
 }
 
-/// Pretty JSON document on stdout.
+/// Pretty JSON document on stdout, with every text exactly as stored.
 pub fn emit_json(value: &serde_json::Value) -> Result<()> {
-    emit(&serde_json::to_string_pretty(value)?)
+    emit_raw(&serde_json::to_string_pretty(value)?)
+}
+
+/// One JSON line on stdout, exact.
+pub fn emit_raw(text: &str) -> Result<()> {
+    let mut out = std::io::stdout().lock();
+    out.write_all(text.as_bytes())?;
+    if !text.ends_with('\n') {
+        out.write_all(b"\n")?;
+    }
+    out.flush()?;
+    Ok(())
 }
 
 pub async fn run(cli: Cli) -> Result<()> {
     let g = &cli.global;
-    let connector = Connector::new(&g.addr, g.token.as_deref(), &g.client_name)?;
+    // Over TCP the daemon wants its token: given, or read from its state
+    // directory, which the daemon's own user can read.
+    let token = g
+        .token
+        .clone()
+        .filter(|t| !t.trim().is_empty())
+        .or_else(|| crate::client::token_from_state_dir(&g.addr, g.state_dir.as_deref()));
+    let connector = Connector::new(&g.addr, token.as_deref(), &g.client_name)?;
     let ctx = Ctx {
         connector,
         json: g.json,

@@ -42,7 +42,7 @@ fn next_backoff(cur: Duration) -> Duration {
 /// One line per event: compact JSON with --json, else the text line (plan included).
 fn print_event(ctx: &Ctx, e: &Event) -> Result<()> {
     if ctx.json {
-        emit(&serde_json::to_string(&json::event(e))?)
+        super::emit_raw(&serde_json::to_string(&json::event(e))?)
     } else {
         emit(&render::event_line(e, true))
     }
@@ -118,7 +118,7 @@ fn secs(d: Duration) -> String {
 }
 
 fn warn(msg: &str) {
-    eprintln!("todoctl: {msg}");
+    eprintln!("todoctl: {}", crate::safe::escape(msg));
 }
 
 #[cfg(test)]

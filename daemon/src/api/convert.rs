@@ -157,6 +157,7 @@ fn progress(json: &str) -> Option<proto::Progress> {
             .and_then(|v| v.as_f64())
             .unwrap_or(0.0),
         eta_seconds: int("eta_seconds"),
+        rejected: int("rejected"),
         message: value
             .get("message")
             .and_then(|v| v.as_str())

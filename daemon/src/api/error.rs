@@ -4,15 +4,43 @@
 use tonic::{Code, Status};
 
 use crate::domain::Error as Rule;
-use crate::store::Error;
+use crate::store::{Error, Failure};
 
 impl From<Error> for Status {
     fn from(error: Error) -> Status {
         match error {
             Error::Rule(rule) => rule.into(),
-            Error::Database(sqlx::Error::PoolTimedOut) => {
-                tracing::warn!("database pool timed out");
-                Status::unavailable("the daemon is overloaded; retry shortly")
+            Error::Overloaded(_) | Error::Closed => {
+                tracing::warn!(error = %error, "database unavailable");
+                Status::unavailable("the daemon is overloaded or stopping; retry shortly")
+            }
+            Error::Sqlite {
+                failure: Failure::Busy,
+                ..
+            } => {
+                tracing::warn!(error = %error, "database busy");
+                Status::unavailable("the database is busy; retry shortly")
+            }
+            Error::Sqlite {
+                failure: Failure::Full,
+                ..
+            } => {
+                tracing::error!(error = %error, "database full");
+                Status::resource_exhausted(
+                    "the daemon's disk is full; nothing was changed. Free space and retry",
+                )
+            }
+            Error::Sqlite {
+                failure: Failure::Constraint,
+                ..
+            } => {
+                tracing::error!(error = %error, "constraint failed");
+                Status::failed_precondition(
+                    "the database refused the change (a constraint failed); nothing was changed",
+                )
+            }
+            Error::Fenced { .. } => {
+                Status::failed_precondition("the task moved on meanwhile; read it again")
             }
             other => {
                 tracing::error!(error = %other, "internal error");
@@ -34,8 +62,12 @@ impl From<Rule> for Status {
             | Rule::StartedOnUnfinished { .. }
             | Rule::KeptByDependent { .. }
             | Rule::Cycle { .. }
-            | Rule::Archived { .. } => Code::FailedPrecondition,
-            Rule::StaleRevision { .. } => Code::Aborted,
+            | Rule::Archived { .. }
+            | Rule::PhaseOutcome { .. }
+            | Rule::PhaseTaskInList { .. }
+            | Rule::SpecLocked { .. } => Code::FailedPrecondition,
+            Rule::PathTaken { .. } => Code::AlreadyExists,
+            Rule::StaleRevision { .. } | Rule::SpecMoved { .. } => Code::Aborted,
         };
         Status::new(code, rule.to_string())
     }

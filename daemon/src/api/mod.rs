@@ -9,6 +9,7 @@ pub mod convert;
 mod error;
 
 use std::pin::Pin;
+use std::sync::Arc;
 
 use futures::Stream;
 use tokio::sync::{mpsc, watch};
@@ -17,8 +18,9 @@ use tonic::{Request, Response, Status};
 
 use crate::domain::model::{validate_content, validate_free_text};
 use crate::domain::{Error as Rule, TaskId};
+use crate::phase::{registry, Boundaries};
 use crate::proto::{self, todos_server::Todos};
-use crate::store::{EventFilter, NewTask, Store, TaskFilter, TaskUpdate, WriteContext};
+use crate::store::{EventFilter, NewTask, SpecUpdate, Store, TaskFilter, TaskUpdate, WriteContext};
 
 /// Metadata key a client names itself with; recorded as the actor of its events.
 pub const CLIENT_HEADER: &str = "x-todod-client";
@@ -34,13 +36,23 @@ const MAX_HIGHLIGHTS: usize = 1000;
 #[derive(Clone)]
 pub struct TodoService {
     store: Store,
+    /// What phase specs may touch (files, secrets).
+    bounds: Arc<Boundaries>,
     /// Flips to true when the daemon shuts down, ending watch streams.
     shutdown: watch::Receiver<bool>,
 }
 
 impl TodoService {
-    pub fn new(store: Store, shutdown: watch::Receiver<bool>) -> TodoService {
-        TodoService { store, shutdown }
+    pub fn new(
+        store: Store,
+        bounds: Arc<Boundaries>,
+        shutdown: watch::Receiver<bool>,
+    ) -> TodoService {
+        TodoService {
+            store,
+            bounds,
+            shutdown,
+        }
     }
 }
 
@@ -125,6 +137,27 @@ fn page_size(field: &str, size: i32) -> Result<usize, Status> {
 
 type EventStream = Pin<Box<dyn Stream<Item = Result<proto::Event, Status>> + Send>>;
 
+impl TodoService {
+    /// Asks the phase registry about a spec. It looks at the file system
+    /// (inputs exist, outputs are free), so it runs off the async workers.
+    async fn check_spec(
+        &self,
+        kind: crate::domain::Kind,
+        json: &str,
+        own: &[String],
+    ) -> Result<registry::Checked, Status> {
+        let (bounds, json, own) = (self.bounds.clone(), json.to_string(), own.to_vec());
+        let checked =
+            tokio::task::spawn_blocking(move || registry::check(kind, &json, &bounds, &own))
+                .await
+                .map_err(|e| {
+                    tracing::error!(error = %e, "spec check panicked");
+                    Status::internal("internal error; see the daemon's log")
+                })?;
+        Ok(checked?)
+    }
+}
+
 #[tonic::async_trait]
 impl Todos for TodoService {
     async fn write_todos(
@@ -198,22 +231,32 @@ impl Todos for TodoService {
     ) -> Result<Response<proto::Task>, Status> {
         let ctx = context(&request)?;
         let req = request.into_inner();
-        let new = NewTask {
-            plan: convert::plan_name("plan", &req.plan)?,
-            content: validate_content("content", &req.content)?,
-            priority: convert::priority_or(
-                "priority",
-                &req.priority,
-                crate::domain::Priority::Medium,
-            )?,
-            kind: convert::kind_or_todo("kind", &req.kind)?,
-            spec: req.spec_json,
-            depends_on: convert::task_ids("depends_on", &req.depends_on)?,
+        let plan = convert::plan_name("plan", &req.plan)?;
+        let content = validate_content("content", &req.content)?;
+        let priority =
+            convert::priority_or("priority", &req.priority, crate::domain::Priority::Medium)?;
+        let kind = convert::kind_or_todo("kind", &req.kind)?;
+        let depends_on = convert::task_ids("depends_on", &req.depends_on)?;
+        // The shape first (an object, present exactly for phase kinds), then
+        // what the kind needs of it.
+        let spec = crate::domain::spec::validate("spec_json", kind, &req.spec_json)?;
+        let checked = match &spec {
+            Some(json) => Some(self.check_spec(kind, json, &[]).await?),
+            None => None,
         };
-        if new.kind == crate::domain::Kind::Generation {
-            crate::worker::generation::GenerationSpec::parse(&new.spec)
-                .map_err(|reason| Rule::invalid("spec_json", reason))?;
-        }
+        let new = NewTask {
+            plan,
+            content,
+            priority,
+            kind,
+            spec: checked.as_ref().map(|c| c.json.clone()).unwrap_or_default(),
+            claims: checked
+                .as_ref()
+                .map(|c| c.claims.clone())
+                .unwrap_or_default(),
+            depends_on,
+            requires_dependency: checked.and_then(|c| c.requires),
+        };
         let task = self.store.create_task(&new, &ctx).await?;
         Ok(Response::new(convert::task(task)))
     }
@@ -257,6 +300,27 @@ impl Todos for TodoService {
         let ctx = context(&request)?;
         let req = request.into_inner();
         let id = convert::task_id("id", &req.id)?;
+        let spec = match req.spec_json {
+            None => None,
+            Some(raw) => {
+                let current = self.store.get_task(id).await?;
+                let json = crate::domain::spec::validate("spec_json", current.kind, &raw)?
+                    .unwrap_or_default();
+                let own = self.store.task_claims(id).await?;
+                let checked = self.check_spec(current.kind, &json, &own).await?;
+                let old = current.spec.clone().unwrap_or_default();
+                Some(SpecUpdate {
+                    output_fields: registry::output_fields_changed(
+                        current.kind,
+                        &old,
+                        &checked.json,
+                    ),
+                    spec: checked.json,
+                    claims: checked.claims,
+                    based_on: current.spec,
+                })
+            }
+        };
         let update = TaskUpdate {
             content: req
                 .content
@@ -266,7 +330,7 @@ impl Todos for TodoService {
                 .priority
                 .map(|p| crate::domain::Priority::parse("priority", &p))
                 .transpose()?,
-            spec: req.spec_json,
+            spec,
         };
         let task = self.store.update_task(id, &update, &ctx).await?;
         Ok(Response::new(convert::task(task)))

@@ -63,6 +63,46 @@ pub enum Error {
     )]
     KeptByDependent { task: TaskId, dependent: TaskId },
 
+    /// A client tried to complete or fail a phase task: those outcomes come
+    /// only from its run.
+    #[error(
+        "{task} is a {kind} task: only its run marks it {to}; \
+         pause it (pending), cancel it, or retry it instead"
+    )]
+    PhaseOutcome {
+        task: TaskId,
+        kind: super::model::Kind,
+        to: Status,
+    },
+
+    /// A todo list tried to change what belongs to a phase task's run.
+    #[error(
+        "todos[{index}]: {task} is a {kind} task; a todo list may not change {what} \
+         (leave the item as read, or use TransitionTask / UpdateTask)"
+    )]
+    PhaseTaskInList {
+        index: usize,
+        task: TaskId,
+        kind: super::model::Kind,
+        what: String,
+    },
+
+    /// A path is already claimed by another task, or a file is in the way.
+    #[error("{field}: {path} {why}")]
+    PathTaken {
+        field: String,
+        path: String,
+        why: String,
+    },
+
+    /// The spec of a phase task that has run cannot change what it writes.
+    #[error("{task}: {why}")]
+    SpecLocked { task: TaskId, why: String },
+
+    /// The spec changed between reading it and updating it.
+    #[error("the spec of {task} changed meanwhile; read it again and retry")]
+    SpecMoved { task: TaskId },
+
     /// Archived tasks keep their history but take no changes until restored.
     #[error("{task} is archived; list it again in WriteTodos to restore it")]
     Archived { task: TaskId },

@@ -59,13 +59,14 @@ pub fn reconcile(stored: &[StoredTask], items: &[TodoItem]) -> Result<ListWrite,
     }
 
     let resolved = resolve(stored, &by_id, items)?;
+    let positions = positions(stored, &by_id, &resolved);
     let mut out = ListWrite::default();
     let mut next_provisional = -1;
     // Status moves the list asks for: (task, from, to).
     let mut targets: Vec<(TaskId, Status, Status)> = Vec::new();
 
     for (index, (item, slot)) in items.iter().zip(&resolved).enumerate() {
-        let position = index as i64;
+        let position = positions[index];
         let id = match slot {
             None => {
                 let id = TaskId(next_provisional);
@@ -84,6 +85,9 @@ pub fn reconcile(stored: &[StoredTask], items: &[TodoItem]) -> Result<ListWrite,
             }
             Some(id) => {
                 let task = by_id[id];
+                if task.kind.is_phase() {
+                    check_phase_item(index, task, item)?;
+                }
                 if task.archived {
                     out.changes.push(Change::Restored { id: *id });
                     graph.insert(*id, task.status);
@@ -231,6 +235,71 @@ pub fn reconcile(stored: &[StoredTask], items: &[TodoItem]) -> Result<ListWrite,
         });
     }
     Ok(out)
+}
+
+/// A list may mention a phase task (it reads them back with the rest), but
+/// its status and content belong to its run and its spec: a list that would
+/// change them is refused.
+fn check_phase_item(index: usize, task: &StoredTask, item: &TodoItem) -> Result<(), Error> {
+    if let Some(to) = item.status.filter(|s| *s != task.status) {
+        return Err(Error::PhaseTaskInList {
+            index,
+            task: task.id,
+            kind: task.kind,
+            what: format!("its status ({} -> {to})", task.status),
+        });
+    }
+    if item.content != task.content {
+        return Err(Error::PhaseTaskInList {
+            index,
+            task: task.id,
+            kind: task.kind,
+            what: "its content".into(),
+        });
+    }
+    Ok(())
+}
+
+/// Where each item goes in the list. When the tasks the list names are
+/// already in the list's order and every new item comes after them, they
+/// keep their positions and new items go after everything else: writing back
+/// the list just read changes nothing, even with tasks the list leaves out
+/// (phase tasks) in between. Otherwise items are renumbered by their index.
+fn positions(
+    stored: &[StoredTask],
+    by_id: &BTreeMap<TaskId, &StoredTask>,
+    resolved: &[Option<TaskId>],
+) -> Vec<i64> {
+    let mut previous: Option<(i64, TaskId)> = None;
+    let mut seen_new = false;
+    let mut in_order = true;
+    for slot in resolved {
+        match slot {
+            None => seen_new = true,
+            Some(id) => {
+                let key = (by_id[id].position, *id);
+                if seen_new || previous.is_some_and(|p| p >= key) {
+                    in_order = false;
+                    break;
+                }
+                previous = Some(key);
+            }
+        }
+    }
+    if !in_order {
+        return (0..resolved.len() as i64).collect();
+    }
+    let mut next = stored.iter().map(|t| t.position + 1).max().unwrap_or(0);
+    resolved
+        .iter()
+        .map(|slot| match slot {
+            Some(id) => by_id[id].position,
+            None => {
+                next += 1;
+                next - 1
+            }
+        })
+        .collect()
 }
 
 fn item_name(index: usize, id: TaskId) -> String {

@@ -13,7 +13,8 @@
 //! `deps`: every dependency must be completed. `dependents`: no dependent may be
 //! in_progress or completed, since a started task must only ever stand on
 //! completed work.
-use super::model::Status;
+use super::model::{Kind, Status, TaskId};
+use super::Error;
 
 /// What the graph must satisfy for a legal move to go through.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -62,6 +63,17 @@ pub fn rule(from: Status, to: Status) -> Result<Requirements, &'static str> {
     }
 }
 
+/// What a client (an agent, a person) may do to a task beyond the table: a
+/// phase task's completion or failure is its run's to record, so that no
+/// client can make it claim work it did not do. Pausing, cancelling,
+/// retrying, reopening and starting stay open to clients.
+pub fn check_client_move(task: TaskId, kind: Kind, from: Status, to: Status) -> Result<(), Error> {
+    if kind.is_phase() && from != to && matches!(to, Status::Completed | Status::Failed) {
+        return Err(Error::PhaseOutcome { task, kind, to });
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -79,6 +91,20 @@ mod tests {
         for &s in Status::ALL {
             assert_eq!(rule(s, s).unwrap(), Requirements::default());
         }
+    }
+
+    #[test]
+    fn clients_do_not_decide_a_phase_outcome() {
+        let t = TaskId(1);
+        for to in [Completed, Failed] {
+            assert!(check_client_move(t, Kind::Generation, InProgress, to).is_err());
+            assert!(check_client_move(t, Kind::Tokenization, Pending, to).is_err());
+            assert!(check_client_move(t, Kind::Todo, InProgress, to).is_ok());
+        }
+        for to in [Pending, Cancelled, InProgress] {
+            assert!(check_client_move(t, Kind::Generation, InProgress, to).is_ok());
+        }
+        assert!(check_client_move(t, Kind::Generation, Completed, Completed).is_ok());
     }
 
     #[test]

@@ -91,9 +91,9 @@ impl Default for Limits {
 pub struct InferenceClient {
     http: reqwest::Client,
     endpoints: Endpoints,
-    /// Read from the environment at construction; never stored elsewhere,
-    /// never printed (see the Debug impl).
-    api_key: Option<String>,
+    /// `Bearer <key>`, read from the environment at construction; marked
+    /// sensitive, never stored elsewhere, never printed (see the Debug impl).
+    authorization: Option<reqwest::header::HeaderValue>,
     limits: Limits,
 }
 
@@ -101,7 +101,10 @@ impl fmt::Debug for InferenceClient {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("InferenceClient")
             .field("endpoints", &self.endpoints)
-            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
+            .field(
+                "authorization",
+                &self.authorization.as_ref().map(|_| "<redacted>"),
+            )
             .field("limits", &self.limits)
             .finish()
     }
@@ -115,11 +118,20 @@ impl InferenceClient {
         limits: Limits,
     ) -> Result<InferenceClient, String> {
         let endpoints = Endpoints::new(endpoints)?;
-        let api_key = match api_key_env.filter(|name| !name.is_empty()) {
+        let authorization = match api_key_env.filter(|name| !name.is_empty()) {
             None => None,
-            Some(name) => Some(std::env::var(name).map_err(|_| {
-                format!("the environment variable {name} (the API key) is not set")
-            })?),
+            Some(name) => {
+                let key = std::env::var(name).map_err(|_| {
+                    format!("the environment variable {name} (the API key) is not set")
+                })?;
+                // A key that cannot be a header fails the run at once, rather
+                // than every request with "builder error".
+                crate::phase::spec::check_key_value(name, &key)?;
+                let mut value = reqwest::header::HeaderValue::from_str(&format!("Bearer {key}"))
+                    .map_err(|_| format!("{name} cannot go in an HTTP header"))?;
+                value.set_sensitive(true);
+                Some(value)
+            }
         };
         let http = reqwest::Client::builder()
             .connect_timeout(limits.connect_timeout)
@@ -130,7 +142,7 @@ impl InferenceClient {
         Ok(InferenceClient {
             http,
             endpoints,
-            api_key,
+            authorization,
             limits,
         })
     }
@@ -186,8 +198,8 @@ impl InferenceClient {
         let deadline = tokio::time::Instant::now() + self.limits.deadline;
         let url = endpoint_url(base, request.api);
         let mut send = self.http.post(url).json(body);
-        if let Some(key) = &self.api_key {
-            send = send.bearer_auth(key);
+        if let Some(value) = &self.authorization {
+            send = send.header(reqwest::header::AUTHORIZATION, value.clone());
         }
         let response = tokio::time::timeout_at(deadline, send.send())
             .await

@@ -1,78 +1,117 @@
-//! Phase checkpoints: the committed length of each output file and the ids of
-//! the records written, moved forward in one transaction per batch. This is the
-//! SQLite half of exactly-once output; `worker::output` is the file half.
-use std::collections::HashSet;
-
+//! Phase checkpoints: one JSON document per task (the phase runtime defines
+//! it: input identity, cursor, output files with their committed lengths,
+//! counters), replaced in one transaction per batch, and the duplicate lines
+//! an input survey found. This is the SQLite half of exactly-once output; the
+//! file half is `phase::files`.
+//!
+//! Every write here is fenced: it commits only while the task is in progress
+//! and held by the attempt that writes, checked in the same transaction.
 use super::sqlite::{Db, Param};
 use super::{now_ms, Error, Store};
 use crate::domain::TaskId;
 
-/// What a phase has durably written so far.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Checkpoint {
-    /// Committed length of each output file, in bytes.
-    pub offsets: Vec<u64>,
-    /// Ids of the input records already written (to any of the files).
-    pub records: HashSet<String>,
+/// Refuses a write from an attempt that no longer holds the task.
+pub(super) fn check_fence(db: &mut Db, task: TaskId, attempt: &str) -> Result<(), Error> {
+    let held = db.query_row(
+        "SELECT 1 FROM tasks WHERE id = ? AND status = 'in_progress' AND lease_owner = ?",
+        &[task.0.into(), attempt.into()],
+        |_| Ok(()),
+    )?;
+    match held {
+        Some(()) => Ok(()),
+        None => Err(Error::Fenced {
+            task,
+            attempt: attempt.to_string(),
+        }),
+    }
 }
 
-fn load(db: &mut Db, task: TaskId) -> Result<Checkpoint, Error> {
-    let offsets = db
-        .query_row(
-            "SELECT offsets FROM phase_checkpoints WHERE task_id = ?",
-            &[task.0.into()],
-            |row| {
-                serde_json::from_str::<Vec<u64>>(row.text(0)?)
-                    .map_err(|e| Error::Corrupt(format!("checkpoint offsets: {e}")))
-            },
-        )?
-        .unwrap_or_default();
-    let records = db
-        .query(
-            "SELECT record_id FROM phase_records WHERE task_id = ?",
-            &[task.0.into()],
-            |row| Ok(row.text(0)?.to_string()),
-        )?
-        .into_iter()
-        .collect();
-    Ok(Checkpoint { offsets, records })
+pub(super) fn save_state(db: &mut Db, task: TaskId, state: &str) -> Result<(), Error> {
+    let params: [Param; 3] = [task.0.into(), state.into(), now_ms().into()];
+    db.execute(
+        "INSERT INTO phase_state (task_id, state, updated_at) VALUES (?, ?, ?) \
+         ON CONFLICT (task_id) DO UPDATE SET state = excluded.state, \
+         updated_at = excluded.updated_at",
+        &params,
+    )?;
+    Ok(())
 }
 
 impl Store {
-    /// The phase's last committed checkpoint (empty for a fresh task).
-    pub async fn load_checkpoint(&self, task: TaskId) -> Result<Checkpoint, Error> {
-        let mut conn = self.reader.acquire().await?;
-        let mut db = super::sqlite::Db::lock(&mut conn).await?;
-        db.transaction("BEGIN", |db| load(db, task))
+    /// The phase's last committed checkpoint, if it has one.
+    pub async fn load_phase_state(&self, task: TaskId) -> Result<Option<String>, Error> {
+        self.read(|db| {
+            db.query_row(
+                "SELECT state FROM phase_state WHERE task_id = ?",
+                &[task.0.into()],
+                |row| Ok(row.text(0)?.to_string()),
+            )
+        })
+        .await
     }
 
-    /// Records that `records` are written and the files now end at `offsets`,
-    /// in one transaction; call only after the files' bytes are fsynced. A
-    /// record id committed twice is a bug in the caller and refused.
-    pub async fn commit_checkpoint(
+    /// Whether a task wrote a checkpoint in the format of todod before the
+    /// phase runtime (offsets and record ids) and none since.
+    pub async fn has_legacy_checkpoint(&self, task: TaskId) -> Result<bool, Error> {
+        self.read(|db| {
+            Ok(db
+                .query_row(
+                    "SELECT 1 FROM phase_checkpoints c WHERE c.task_id = ?1 \
+                     AND NOT EXISTS (SELECT 1 FROM phase_state s WHERE s.task_id = ?1)",
+                    &[task.0.into()],
+                    |_| Ok(()),
+                )?
+                .is_some())
+        })
+        .await
+    }
+
+    /// Replaces the checkpoint of `task` with `state`, and records the
+    /// duplicate lines of `pass` a survey found, in one transaction fenced on
+    /// `attempt`. Call only once the files the state describes are fsynced.
+    pub async fn commit_phase_state(
         &self,
         task: TaskId,
-        offsets: &[u64],
-        records: &[String],
+        attempt: &str,
+        state: &str,
+        duplicates: Option<(u32, &[u64])>,
     ) -> Result<(), Error> {
-        let offsets = serde_json::to_string(offsets).expect("numbers serialize");
-        let records = serde_json::to_string(records).expect("strings serialize");
-        let mut conn = self.writer.acquire().await?;
-        let mut db = super::sqlite::Db::lock(&mut conn).await?;
-        db.transaction("BEGIN IMMEDIATE", |db| {
-            let params: [Param; 3] = [task.0.into(), (&offsets).into(), now_ms().into()];
-            db.execute(
-                "INSERT INTO phase_checkpoints (task_id, offsets, updated_at) VALUES (?, ?, ?) \
-                 ON CONFLICT (task_id) DO UPDATE SET offsets = excluded.offsets, \
-                 updated_at = excluded.updated_at",
-                &params,
-            )?;
-            db.execute(
-                "INSERT INTO phase_records (task_id, record_id) \
-                 SELECT ?, value FROM json_each(?)",
-                &[task.0.into(), (&records).into()],
-            )?;
-            Ok(())
+        let lines = duplicates.map(|(pass, lines)| {
+            (
+                pass,
+                serde_json::to_string(lines).expect("numbers serialize"),
+            )
+        });
+        self.write(|db| {
+            check_fence(db, task, attempt)?;
+            save_state(db, task, state)?;
+            if let Some((pass, lines)) = &lines {
+                db.execute(
+                    "INSERT OR IGNORE INTO phase_duplicates (task_id, pass, line) \
+                     SELECT ?, ?, value FROM json_each(?)",
+                    &[task.0.into(), i64::from(*pass).into(), lines.into()],
+                )?;
+            }
+            Ok(((), None))
         })
+        .await
+    }
+
+    /// Duplicate lines of `pass` at or after line `from`, in order.
+    pub async fn phase_duplicates(
+        &self,
+        task: TaskId,
+        pass: u32,
+        from: u64,
+    ) -> Result<Vec<u64>, Error> {
+        self.read(|db| {
+            db.query(
+                "SELECT line FROM phase_duplicates WHERE task_id = ? AND pass = ? AND line >= ? \
+                 ORDER BY line",
+                &[task.0.into(), i64::from(pass).into(), (from as i64).into()],
+                |row| Ok(row.int(0)? as u64),
+            )
+        })
+        .await
     }
 }

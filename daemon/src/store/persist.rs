@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use super::sqlite::{Db, Param};
 use super::{Error, WriteContext};
-use crate::domain::{Change, TaskId};
+use crate::domain::{Change, Status, TaskId};
 
 /// What applying a batch did.
 #[derive(Debug, Default)]
@@ -41,7 +41,7 @@ pub(super) fn record_plan_created(
         ],
         |row| row.int(0),
     )?
-    .ok_or_else(|| Error::Sqlite("INSERT returned no row".into()))
+    .ok_or_else(super::sqlite::no_row)
 }
 
 /// An event before it is written: type, from/to status, old/new value.
@@ -137,7 +137,7 @@ pub(super) fn apply(
                         ],
                         |row| row.int(0),
                     )?
-                    .ok_or_else(|| Error::Sqlite("INSERT returned no row".into()))?;
+                    .ok_or_else(super::sqlite::no_row)?;
                 applied.created.insert(*id, TaskId(real));
                 EventFields {
                     to_status: Some("pending"),
@@ -189,9 +189,20 @@ pub(super) fn apply(
                      started_at = CASE WHEN ?1 = 'in_progress' THEN ?2 ELSE started_at END, \
                      finished_at = CASE WHEN ?1 IN ('completed', 'failed', 'cancelled') \
                                    THEN ?2 ELSE NULL END, \
-                     error = CASE WHEN ?1 = 'failed' THEN error ELSE NULL END",
+                     error = CASE WHEN ?1 = 'failed' THEN error ELSE NULL END, \
+                     lease_owner = CASE WHEN ?1 = 'in_progress' THEN lease_owner ELSE NULL END, \
+                     held = CASE WHEN ?1 = 'pending' AND status = 'in_progress' THEN 1 ELSE 0 END",
                     &[to_text.into(), now.into()],
                     now,
+                )?;
+                // A cancelled phase task lets go of its output paths (the
+                // store checked that a restore can take them back).
+                db.execute(
+                    "UPDATE phase_outputs SET active = ? WHERE task_id = ?",
+                    &[
+                        i64::from(*to != Status::Cancelled).into(),
+                        applied.real(*id).0.into(),
+                    ],
                 )?;
                 EventFields {
                     from_status: Some(from.as_str()),

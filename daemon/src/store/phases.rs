@@ -1,8 +1,9 @@
-//! What the phase-worker runtime asks of the store: which phase tasks to run,
-//! leases, progress, and the final outcome. Progress and leases are recorded
+//! What the phase runtime asks of the store: which phase tasks to run, fenced
+//! attempts, progress, and the final outcome. Progress and leases are recorded
 //! as events but do not bump the plan's revision: they are the daemon's own
 //! bookkeeping, and an agent's expected_revision must not go stale every second
 //! while a generation runs.
+use super::checkpoints::{check_fence, save_state};
 use super::persist;
 use super::sqlite::{Db, Param};
 use super::{now_ms, Error, Store, TaskView, WriteContext};
@@ -15,15 +16,18 @@ pub struct PhaseTask {
     pub kind: Kind,
     pub status: Status,
     pub spec: String,
+    /// The attempt that holds it, if any.
     pub lease_owner: Option<String>,
     /// Pending with every dependency completed.
     pub ready: bool,
+    /// Paused by a client: auto-start leaves it alone until it is started.
+    pub held: bool,
 }
 
 /// The daemon's own name in the history.
 pub const DAEMON_ACTOR: &str = "todod";
 
-fn record(
+pub(super) fn record(
     db: &mut Db,
     id: TaskId,
     kind: &str,
@@ -48,102 +52,114 @@ fn record(
     .ok_or_else(|| domain::Error::task_not_found(id).into())
 }
 
+/// The daemon run an attempt token belongs to (`RUN.N`).
+fn run_of(attempt: &str) -> &str {
+    attempt.rsplit_once('.').map_or(attempt, |(run, _)| run)
+}
+
+fn take_lease(db: &mut Db, id: TaskId, attempt: &str) -> Result<(bool, Option<i64>), Error> {
+    let previous = db.query_row(
+        "SELECT lease_owner FROM tasks WHERE id = ? AND status = 'in_progress'",
+        &[id.0.into()],
+        |row| Ok(row.opt_text(0)?.map(str::to_string)),
+    )?;
+    let Some(previous) = previous else {
+        return Ok((false, None));
+    };
+    db.execute(
+        "UPDATE tasks SET lease_owner = ? WHERE id = ?",
+        &[attempt.into(), id.0.into()],
+    )?;
+    let seq = match previous {
+        Some(previous) if run_of(&previous) != run_of(attempt) => {
+            let reason = format!("resumed after daemon run {} ended", run_of(&previous));
+            Some(record(db, id, "resumed", Some(attempt), &reason)?)
+        }
+        _ => None,
+    };
+    Ok((true, seq))
+}
+
 impl Store {
     /// Live phase tasks that are in progress, or pending and ready.
     pub async fn runnable_phase_tasks(&self) -> Result<Vec<PhaseTask>, Error> {
-        let mut conn = self.reader.acquire().await?;
-        let mut db = Db::lock(&mut conn).await?;
-        db.query(
-            "SELECT t.id, t.kind, t.status, COALESCE(t.spec, '{}'), t.lease_owner, \
-             NOT EXISTS (SELECT 1 FROM dependencies d JOIN tasks u ON u.id = d.depends_on \
-                         WHERE d.task_id = t.id AND u.status <> 'completed') \
-             FROM tasks t WHERE t.kind <> 'todo' AND t.archived_at IS NULL \
-             AND t.status IN ('in_progress', 'pending') ORDER BY t.id",
-            &[],
-            |row| {
-                let status: Status = row.parsed(2, "status")?;
-                Ok(PhaseTask {
-                    id: TaskId(row.int(0)?),
-                    kind: row.parsed(1, "kind")?,
-                    status,
-                    spec: row.text(3)?.to_string(),
-                    lease_owner: row.opt_text(4)?.map(str::to_string),
-                    ready: status == Status::Pending && row.int(5)? != 0,
-                })
-            },
-        )
+        self.read(|db| {
+            db.query(
+                "SELECT t.id, t.kind, t.status, COALESCE(t.spec, '{}'), t.lease_owner, \
+                 NOT EXISTS (SELECT 1 FROM dependencies d JOIN tasks u ON u.id = d.depends_on \
+                             WHERE d.task_id = t.id AND u.status <> 'completed'), t.held \
+                 FROM tasks t WHERE t.kind <> 'todo' AND t.archived_at IS NULL \
+                 AND t.status IN ('in_progress', 'pending') ORDER BY t.id",
+                &[],
+                |row| {
+                    let status: Status = row.parsed(2, "status")?;
+                    Ok(PhaseTask {
+                        id: TaskId(row.int(0)?),
+                        kind: row.parsed(1, "kind")?,
+                        status,
+                        spec: row.text(3)?.to_string(),
+                        lease_owner: row.opt_text(4)?.map(str::to_string),
+                        ready: status == Status::Pending && row.int(5)? != 0,
+                        held: row.int(6)? != 0,
+                    })
+                },
+            )
+        })
+        .await
     }
 
-    /// Takes the lease of an in-progress task for run `owner`. When an earlier
-    /// run held it, records that this run resumes it. Returns false if the task
-    /// is no longer in progress.
-    pub async fn take_lease(&self, id: TaskId, owner: &str) -> Result<bool, Error> {
-        let mut seq = None;
-        let mut conn = self.writer.acquire().await?;
-        let mut db = Db::lock(&mut conn).await?;
-        let taken = db.transaction("BEGIN IMMEDIATE", |db| {
-            let previous = db.query_row(
-                "SELECT lease_owner FROM tasks WHERE id = ? AND status = 'in_progress'",
-                &[id.0.into()],
-                |row| Ok(row.opt_text(0)?.map(str::to_string)),
-            )?;
-            let Some(previous) = previous else {
-                return Ok(false);
-            };
-            if previous.as_deref() == Some(owner) {
-                return Ok(true);
-            }
-            db.execute(
-                "UPDATE tasks SET lease_owner = ? WHERE id = ?",
-                &[owner.into(), id.0.into()],
-            )?;
-            if let Some(previous) = previous {
-                let reason = format!("resumed after daemon run {previous} ended");
-                seq = Some(record(db, id, "resumed", Some(owner), &reason)?);
-            }
-            Ok(true)
-        })?;
-        drop(db);
-        self.published(seq);
-        Ok(taken)
+    /// Gives an in-progress task to `attempt`, whoever held it before (the
+    /// runtime calls this only once the previous attempt has ended). Records
+    /// `resumed` when the previous holder was another daemon run. Returns
+    /// false if the task is no longer in progress.
+    pub async fn take_lease(&self, id: TaskId, attempt: &str) -> Result<bool, Error> {
+        self.write(|db| take_lease(db, id, attempt)).await
     }
 
-    /// Moves a ready pending phase task to in_progress for run `owner`.
-    pub async fn start_phase(&self, id: TaskId, owner: &str) -> Result<TaskView, Error> {
+    /// Moves a ready pending phase task to in_progress for `attempt`, in one
+    /// transaction.
+    pub async fn start_phase(&self, id: TaskId, attempt: &str) -> Result<TaskView, Error> {
         let ctx = WriteContext {
             actor: DAEMON_ACTOR.into(),
             reason: "ready: started by the daemon".into(),
             expected_revision: None,
         };
-        let task = self.transition(id, Status::InProgress, &ctx).await?;
-        self.take_lease(id, owner).await?;
-        Ok(task)
+        self.write(|db| {
+            let (task, seq) = super::write::transition(db, id, Status::InProgress, &ctx)?;
+            let (_, resumed) = take_lease(db, id, attempt)?;
+            Ok((task, resumed.or(seq)))
+        })
+        .await
     }
 
-    /// Persists a worker's progress (a JSON object) and streams it as an event.
-    pub async fn report_progress(&self, id: TaskId, progress: &str) -> Result<(), Error> {
-        let mut conn = self.writer.acquire().await?;
-        let mut db = Db::lock(&mut conn).await?;
-        let seq = db.transaction("BEGIN IMMEDIATE", |db| {
+    /// Persists a run's progress (a JSON object) and streams it as an event.
+    pub async fn report_progress(
+        &self,
+        id: TaskId,
+        attempt: &str,
+        progress: &str,
+    ) -> Result<(), Error> {
+        self.write(|db| {
+            check_fence(db, id, attempt)?;
             db.execute(
                 "UPDATE tasks SET progress = ?, updated_at = ? WHERE id = ?",
                 &[progress.into(), now_ms().into(), id.0.into()],
             )?;
-            record(db, id, "progress", Some(progress), "")
-        })?;
-        drop(db);
-        self.published(Some(seq));
-        Ok(())
+            Ok(((), Some(record(db, id, "progress", Some(progress), "")?)))
+        })
+        .await
     }
 
-    /// Ends a phase run held by `owner`: completed with a result, or failed with
-    /// an error. A no-op if the task moved on meanwhile (cancelled, reopened)
-    /// or another run holds it.
+    /// Ends the run of `attempt`: completed with a result, or failed with an
+    /// error; `state`, when given, replaces the checkpoint in the same
+    /// transaction. Refused with [`Error::Fenced`] if the task moved on
+    /// meanwhile (cancelled, paused) or another attempt holds it.
     pub async fn finish_phase(
         &self,
         id: TaskId,
-        owner: &str,
+        attempt: &str,
         outcome: Result<String, String>,
+        state: Option<&str>,
     ) -> Result<(), Error> {
         let ctx = WriteContext {
             actor: DAEMON_ACTOR.into(),
@@ -153,18 +169,16 @@ impl Store {
             },
             expected_revision: None,
         };
-        let mut conn = self.writer.acquire().await?;
-        let mut db = Db::lock(&mut conn).await?;
-        let seq = db.transaction("BEGIN IMMEDIATE", |db| {
-            let held = db.query_row(
-                "SELECT t.plan_id, p.revision FROM tasks t JOIN plans p ON p.id = t.plan_id \
-                 WHERE t.id = ? AND t.status = 'in_progress' AND t.lease_owner = ?",
-                &[id.0.into(), owner.into()],
-                |row| Ok((row.int(0)?, row.int(1)?)),
-            )?;
-            let Some((plan_id, revision)) = held else {
-                return Ok(None);
-            };
+        self.write(|db| {
+            check_fence(db, id, attempt)?;
+            let (plan_id, revision) = db
+                .query_row(
+                    "SELECT t.plan_id, p.revision FROM tasks t JOIN plans p ON p.id = t.plan_id \
+                     WHERE t.id = ?",
+                    &[id.0.into()],
+                    |row| Ok((row.int(0)?, row.int(1)?)),
+                )?
+                .ok_or_else(|| domain::Error::task_not_found(id))?;
             let to = if outcome.is_ok() {
                 Status::Completed
             } else {
@@ -186,10 +200,16 @@ impl Store {
                  WHERE id = ?",
                 &params,
             )?;
-            Ok(applied.last_seq)
-        })?;
-        drop(db);
-        self.published(seq);
-        Ok(())
+            let mut last = applied.last_seq;
+            if let Ok(result) = &outcome {
+                // Each run's result stays in the history, not only the latest.
+                last = Some(record(db, id, "result", Some(result), "")?);
+            }
+            if let Some(state) = state {
+                save_state(db, id, state)?;
+            }
+            Ok(((), last))
+        })
+        .await
     }
 }

@@ -343,56 +343,59 @@ fn list_events(db: &mut Db, filter: &EventFilter) -> Result<Vec<EventView>, Erro
 
 impl Store {
     pub async fn get_plan(&self, name: &str) -> Result<PlanView, Error> {
-        let mut conn = self.reader.acquire().await?;
-        let mut db = Db::lock(&mut conn).await?;
-        Ok(require_plan(&mut db, name)?.1)
+        self.read(|db| Ok(require_plan(db, name)?.1)).await
     }
 
     pub async fn list_plans(&self) -> Result<Vec<PlanView>, Error> {
-        let mut conn = self.reader.acquire().await?;
-        let mut db = Db::lock(&mut conn).await?;
-        db.query(
-            &format!("SELECT {PLAN_COLUMNS} FROM plans ORDER BY name"),
-            &[],
-            PlanView::from_row,
-        )
+        self.read(|db| {
+            db.query(
+                &format!("SELECT {PLAN_COLUMNS} FROM plans ORDER BY name"),
+                &[],
+                PlanView::from_row,
+            )
+        })
+        .await
     }
 
     /// Counts per status and readiness, plus up to `limit` tasks in each of
     /// in_progress, ready (high priority first) and blocked.
     pub async fn plan_summary(&self, name: &str, limit: usize) -> Result<PlanSummary, Error> {
-        let mut conn = self.reader.acquire().await?;
-        let mut db = Db::lock(&mut conn).await?;
-        db.transaction("BEGIN", |db| plan_summary(db, name, limit))
+        self.read(|db| plan_summary(db, name, limit)).await
     }
 
     pub async fn get_task(&self, id: TaskId) -> Result<TaskView, Error> {
-        let mut conn = self.reader.acquire().await?;
-        let mut db = Db::lock(&mut conn).await?;
-        task_by_id(&mut db, id)
+        self.read(|db| task_by_id(db, id)).await
     }
 
     /// The agent's list and the plan's revision, read in one transaction so
     /// that they agree.
     pub async fn read_todos(&self, plan: &str) -> Result<(PlanView, Vec<TaskView>), Error> {
-        let mut conn = self.reader.acquire().await?;
-        let mut db = Db::lock(&mut conn).await?;
-        db.transaction("BEGIN", |db| {
+        self.read(|db| {
             let (plan_id, plan) = require_plan(db, plan)?;
             Ok((plan, live_tasks(db, plan_id)?))
         })
+        .await
     }
 
     pub async fn list_tasks(&self, filter: &TaskFilter) -> Result<TaskPage, Error> {
-        let mut conn = self.reader.acquire().await?;
-        let mut db = Db::lock(&mut conn).await?;
-        db.transaction("BEGIN", |db| list_tasks(db, filter))
+        self.read(|db| list_tasks(db, filter)).await
+    }
+
+    /// The output paths a task claims (held or let go).
+    pub async fn task_claims(&self, id: TaskId) -> Result<Vec<String>, Error> {
+        self.read(|db| {
+            task_by_id(db, id)?;
+            db.query(
+                "SELECT path FROM phase_outputs WHERE task_id = ? ORDER BY path",
+                &[id.0.into()],
+                |row| Ok(row.text(0)?.to_string()),
+            )
+        })
+        .await
     }
 
     /// Events in sequence order after `after_seq`, of one plan, one task, or all.
     pub async fn list_events(&self, filter: &EventFilter) -> Result<Vec<EventView>, Error> {
-        let mut conn = self.reader.acquire().await?;
-        let mut db = Db::lock(&mut conn).await?;
-        db.transaction("BEGIN", |db| list_events(db, filter))
+        self.read(|db| list_events(db, filter)).await
     }
 }

@@ -11,7 +11,14 @@ use super::read::{live_tasks, plan_by_id, plan_by_name, require_plan, task_by_id
 use super::sqlite::Db;
 use super::{now_ms, Error, PlanView, Store, TaskView, WriteContext};
 use crate::domain::todo_list::{self, StoredTask, TodoItem};
-use crate::domain::{self, spec, Change, Graph, Kind, Priority, Status, TaskId};
+use crate::domain::{self, spec, transition, Change, Graph, Kind, Priority, Status, TaskId};
+
+/// A path a phase task will write, named by the spec field that says so.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Claim {
+    pub field: String,
+    pub path: String,
+}
 
 /// A task to create with `CreateTask`.
 #[derive(Debug, Clone)]
@@ -20,9 +27,26 @@ pub struct NewTask {
     pub content: String,
     pub priority: Priority,
     pub kind: Kind,
-    /// Raw JSON as the client sent it; validated against `kind` here.
+    /// JSON as checked by the phase registry; validated against `kind` here.
     pub spec: String,
+    /// The output paths the spec names; each is held by one task at a time.
+    pub claims: Vec<Claim>,
     pub depends_on: Vec<TaskId>,
+    /// A phase kind the task must depend on (directly), if its spec needs one.
+    pub requires_dependency: Option<Kind>,
+}
+
+/// A new spec for a phase task, as the phase registry checked it.
+#[derive(Debug, Clone)]
+pub struct SpecUpdate {
+    pub spec: String,
+    pub claims: Vec<Claim>,
+    /// The spec it was checked against; the update is refused if the stored
+    /// one changed meanwhile.
+    pub based_on: Option<String>,
+    /// Spec fields whose change would change what the task writes; refused
+    /// once the task is running or has a checkpoint. Empty: a safe change.
+    pub output_fields: Vec<String>,
 }
 
 /// Fields to change with `UpdateTask`; `None` leaves a field as it is.
@@ -30,7 +54,7 @@ pub struct NewTask {
 pub struct TaskUpdate {
     pub content: Option<String>,
     pub priority: Option<Priority>,
-    pub spec: Option<String>,
+    pub spec: Option<SpecUpdate>,
 }
 
 /// The answer to `WriteTodos`: the committed list and what the write did.
@@ -162,7 +186,7 @@ fn insert_plan(
             &[name.into(), title.into(), now.into(), now.into()],
             |row| row.int(0),
         )?
-        .ok_or_else(|| Error::Sqlite("INSERT returned no row".into()))?;
+        .ok_or_else(super::sqlite::no_row)?;
     let seq = persist::record_plan_created(db, plan_id, ctx, now)?;
     Ok((plan_id, seq))
 }
@@ -289,6 +313,76 @@ fn write_todos(
     Ok((written, applied.last_seq.or(plan_seq)))
 }
 
+/// Refuses claims on paths another task holds.
+fn check_claims(db: &mut Db, task: Option<TaskId>, claims: &[Claim]) -> Result<(), Error> {
+    for claim in claims {
+        let holder = db.query_row(
+            "SELECT task_id FROM phase_outputs WHERE path = ? AND active = 1 AND task_id <> ?",
+            &[(&claim.path).into(), task.map_or(0, |t| t.0).into()],
+            |row| row.int(0),
+        )?;
+        if let Some(holder) = holder {
+            return Err(domain::Error::PathTaken {
+                field: claim.field.clone(),
+                path: claim.path.clone(),
+                why: format!(
+                    "is written by task {}; two tasks cannot share an output",
+                    TaskId(holder)
+                ),
+            }
+            .into());
+        }
+    }
+    Ok(())
+}
+
+fn insert_claims(db: &mut Db, task: TaskId, claims: &[Claim]) -> Result<(), Error> {
+    db.execute(
+        "DELETE FROM phase_outputs WHERE task_id = ?",
+        &[task.0.into()],
+    )?;
+    for claim in claims {
+        db.execute(
+            "INSERT INTO phase_outputs (task_id, path, field, active) VALUES (?, ?, ?, \
+             (SELECT status <> 'cancelled' FROM tasks WHERE id = ?))",
+            &[
+                task.0.into(),
+                (&claim.path).into(),
+                (&claim.field).into(),
+                task.0.into(),
+            ],
+        )?;
+    }
+    Ok(())
+}
+
+/// A cancelled phase task let go of its output paths; it may come back only
+/// if nobody took them meanwhile.
+fn check_claims_back(db: &mut Db, id: TaskId) -> Result<(), Error> {
+    let claims = db.query(
+        "SELECT field, path FROM phase_outputs WHERE task_id = ?",
+        &[id.0.into()],
+        |row| {
+            Ok(Claim {
+                field: row.text(0)?.to_string(),
+                path: row.text(1)?.to_string(),
+            })
+        },
+    )?;
+    check_claims(db, Some(id), &claims)
+}
+
+fn has_checkpoint(db: &mut Db, id: TaskId) -> Result<bool, Error> {
+    Ok(db
+        .query_row(
+            "SELECT 1 FROM phase_state WHERE task_id = ?1 \
+             UNION ALL SELECT 1 FROM phase_checkpoints WHERE task_id = ?1",
+            &[id.0.into()],
+            |_| Ok(()),
+        )?
+        .is_some())
+}
+
 fn create_task(
     db: &mut Db,
     new: &NewTask,
@@ -297,9 +391,12 @@ fn create_task(
     let spec = spec::validate("spec_json", new.kind, &new.spec)?;
     let (plan_id, plan) = require_plan(db, &new.plan)?;
     check_revision(&plan, ctx)?;
+    check_claims(db, None, &new.claims)?;
     let mut deps = BTreeSet::new();
+    let mut dep_kinds = BTreeSet::new();
     for (index, &dep) in new.depends_on.iter().enumerate() {
         let head = task_head(db, dep)?;
+        dep_kinds.insert(head.kind);
         if head.plan_id != plan_id {
             return Err(cross_plan(
                 &format!("depends_on[{index}]"),
@@ -312,6 +409,13 @@ fn create_task(
             return Err(domain::Error::Archived { task: dep }.into());
         }
         deps.insert(dep);
+    }
+    if let Some(kind) = new.requires_dependency.filter(|k| !dep_kinds.contains(k)) {
+        return Err(domain::Error::invalid(
+            "depends_on",
+            format!("the spec needs a {kind} task among the dependencies, and there is none"),
+        )
+        .into());
     }
     let position = db
         .query_row(
@@ -335,7 +439,9 @@ fn create_task(
         depends_on,
     }));
     let applied = persist::apply(db, plan_id, plan.revision, &changes, ctx, now_ms())?;
-    let task = task_by_id(db, applied.real(provisional))?;
+    let id = applied.real(provisional);
+    insert_claims(db, id, &new.claims)?;
+    let task = task_by_id(db, id)?;
     Ok((task, applied.last_seq))
 }
 
@@ -386,9 +492,31 @@ fn update_task(
             new: priority,
         });
     }
-    if let Some(raw) = &update.spec {
-        let spec = spec::validate("spec_json", head.kind, raw)?;
+    if let Some(update) = &update.spec {
+        let spec = spec::validate("spec_json", head.kind, &update.spec)?;
+        if update.based_on != current.spec {
+            return Err(domain::Error::SpecMoved { task: id }.into());
+        }
         if spec != current.spec {
+            let running = head.status == Status::InProgress;
+            if !update.output_fields.is_empty() && (running || has_checkpoint(db, id)?) {
+                let why = if running {
+                    "is running"
+                } else {
+                    "has a checkpoint"
+                };
+                return Err(domain::Error::SpecLocked {
+                    task: id,
+                    why: format!(
+                        "it {why}, so its spec may not change {} (that would change what it \
+                         writes); create a new task instead",
+                        update.output_fields.join(", ")
+                    ),
+                }
+                .into());
+            }
+            check_claims(db, Some(id), &update.claims)?;
+            insert_claims(db, id, &update.claims)?;
             changes.push(Change::SpecChanged {
                 id,
                 old: current.spec.clone(),
@@ -399,13 +527,28 @@ fn update_task(
     finish_task_write(db, id, head.plan_id, revision, &changes, ctx)
 }
 
-fn transition(
+/// A client's transition: the table's rules, plus what only a phase run may do.
+fn client_transition(
+    db: &mut Db,
+    id: TaskId,
+    to: Status,
+    ctx: &WriteContext,
+) -> Result<(TaskView, Option<i64>), Error> {
+    let head = task_head(db, id)?;
+    transition::check_client_move(id, head.kind, head.status, to)?;
+    transition(db, id, to, ctx)
+}
+
+pub(super) fn transition(
     db: &mut Db,
     id: TaskId,
     to: Status,
     ctx: &WriteContext,
 ) -> Result<(TaskView, Option<i64>), Error> {
     let (head, revision) = writable_task(db, id, ctx)?;
+    if head.kind.is_phase() && head.status == Status::Cancelled && to != Status::Cancelled {
+        check_claims_back(db, id)?;
+    }
     let mut graph = neighbourhood(db, id, head.status)?;
     let from = graph.transition(id, to)?;
     let changes = if from == to {
@@ -463,24 +606,6 @@ fn remove_dependency(
 }
 
 impl Store {
-    /// Runs `body` as one `BEGIN IMMEDIATE` transaction on the writer and, once
-    /// it has committed, publishes the newest event sequence it wrote.
-    async fn write<T>(
-        &self,
-        body: impl FnOnce(&mut Db) -> Result<(T, Option<i64>), Error>,
-    ) -> Result<T, Error> {
-        let mut conn = self.writer.acquire().await?;
-        let mut db = Db::lock(&mut conn).await?;
-        // This runs on the async worker, fsync included. There is one writer
-        // connection, so at most one worker is ever inside a write; handing
-        // the work to another thread (block_in_place) cost more per write
-        // (about 0.2 ms in the bench) than the blocking it would spare.
-        let (value, seq) = db.transaction("BEGIN IMMEDIATE", body)?;
-        drop(db);
-        self.published(seq);
-        Ok(value)
-    }
-
     pub async fn create_plan(
         &self,
         name: &str,
@@ -530,7 +655,7 @@ impl Store {
         to: Status,
         ctx: &WriteContext,
     ) -> Result<TaskView, Error> {
-        self.write(|db| transition(db, id, to, ctx)).await
+        self.write(|db| client_transition(db, id, to, ctx)).await
     }
 
     pub async fn add_dependency(

@@ -5,7 +5,7 @@ use serde_json::Value;
 
 use crate::inference::Api;
 
-/// Lines longer than this are rejected without being parsed.
+/// Lines longer than this are rejected without being read.
 pub const MAX_LINE_BYTES: usize = 1 << 20;
 const ROLES: &[&str] = &["system", "user", "assistant", "tool", "developer"];
 
@@ -13,6 +13,9 @@ const ROLES: &[&str] = &["system", "user", "assistant", "tool", "developer"];
 #[derive(Debug, Clone, PartialEq)]
 pub struct Prompt {
     pub id: String,
+    /// Its line in the prompt file (for a retry, the line the failed prompt
+    /// came from, which the failures file keeps).
+    pub line: u64,
     /// `messages` for chat, the `prompt` string for completions.
     pub input: Value,
 }
@@ -25,15 +28,16 @@ pub struct Rejected {
 }
 
 /// Parses line `line` (1-based) of a prompt file for `api`; the id comes from
-/// `id_field`, or else is the line number.
-pub fn parse(bytes: &[u8], line: u64, api: Api, id_field: &str) -> Result<Prompt, Rejected> {
+/// `id_field`, or else is the line number. With `carry_line`, a `line` field
+/// of the record names its original line (a failures file being retried).
+pub fn parse(
+    bytes: &[u8],
+    line: u64,
+    api: Api,
+    id_field: &str,
+    carry_line: bool,
+) -> Result<Prompt, Rejected> {
     let reject = |reason: String| Rejected { line, reason };
-    if bytes.len() > MAX_LINE_BYTES {
-        return Err(reject(format!(
-            "line is {} bytes; at most {MAX_LINE_BYTES} are read",
-            bytes.len()
-        )));
-    }
     let text = std::str::from_utf8(bytes).map_err(|_| reject("not valid UTF-8".into()))?;
     if text.trim().is_empty() {
         return Err(reject("blank line".into()));
@@ -79,7 +83,11 @@ pub fn parse(bytes: &[u8], line: u64, api: Api, id_field: &str) -> Result<Prompt
             _ => return Err(reject("prompt: expected a string".into())),
         },
     };
-    Ok(Prompt { id, input })
+    let line = match object.get("line").and_then(Value::as_u64) {
+        Some(original) if carry_line => original,
+        _ => line,
+    };
+    Ok(Prompt { id, line, input })
 }
 
 #[cfg(test)]
@@ -87,7 +95,7 @@ mod tests {
     use super::*;
 
     fn chat(line: &str) -> Result<Prompt, Rejected> {
-        parse(line.as_bytes(), 7, Api::Chat, "id")
+        parse(line.as_bytes(), 7, Api::Chat, "id", false)
     }
 
     #[test]
@@ -96,7 +104,14 @@ mod tests {
         assert_eq!(p.id, "a");
         let p = chat(r#"{"messages": [{"role": "user", "content": "hi"}]}"#).unwrap();
         assert_eq!(p.id, "line-7");
-        let p = parse(br#"{"id": 5, "prompt": "once"}"#, 1, Api::Completions, "id").unwrap();
+        let p = parse(
+            br#"{"id": 5, "prompt": "once"}"#,
+            1,
+            Api::Completions,
+            "id",
+            false,
+        )
+        .unwrap();
         assert_eq!((p.id.as_str(), p.input.as_str()), ("5", Some("once")));
     }
 
@@ -125,14 +140,22 @@ mod tests {
             assert!(err.reason.contains(words), "{line:?}: {}", err.reason);
             assert_eq!(err.line, 7);
         }
-        assert!(parse(b"\xff\xfe", 1, Api::Chat, "id")
+        assert!(parse(b"\xff\xfe", 1, Api::Chat, "id", false)
             .unwrap_err()
             .reason
             .contains("UTF-8"));
-        let huge = vec![b'x'; MAX_LINE_BYTES + 1];
-        assert!(parse(&huge, 1, Api::Chat, "id")
-            .unwrap_err()
-            .reason
-            .contains("bytes"));
+        let retried = br#"{"id": "a", "line": 40, "prompt": "x", "failure": {}}"#;
+        assert_eq!(
+            parse(retried, 2, Api::Completions, "id", true)
+                .unwrap()
+                .line,
+            40
+        );
+        assert_eq!(
+            parse(retried, 2, Api::Completions, "id", false)
+                .unwrap()
+                .line,
+            2
+        );
     }
 }

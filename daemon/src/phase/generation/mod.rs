@@ -1,0 +1,432 @@
+//! The generation phase: one completion per prompt of a JSONL file, from an
+//! OpenAI-compatible server, written exactly once to an output file however
+//! often the daemon dies meanwhile. It stands on the record pipeline: this
+//! module only says how a prompt line is read, sent and written.
+//!
+//! Prompts that keep failing go to the failures file with their input, id and
+//! line, so that a retry of the task (after its run ended) makes a new pass
+//! that sends exactly those again: the failures file of the finished pass is
+//! kept as `<failures>.pass-N.jsonl` and is that pass's input.
+pub mod prompts;
+pub mod spec;
+
+use std::io;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+use crate::inference::{Api, Backoff, CompletionRequest, Failed, InferenceClient, Limits, Outcome};
+use crate::phase::cursor::Line;
+use crate::phase::files::{Entry, Existing, FileState};
+use crate::phase::pipeline::{self, Files, PassEnd, PassPlan, Processor, RecordPhase};
+use crate::phase::state::{InputState, PassCounts, PhaseState};
+use crate::phase::{Ended, RunContext};
+pub use spec::GenerationSpec;
+
+const OUTPUT: usize = 0;
+const FAILURES: usize = 1;
+const REJECTS: usize = 2;
+
+/// Counters of a generation, over all its passes.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Stats {
+    /// Records in the output file.
+    pub records: u64,
+    /// Prompts in the failures file.
+    pub failed: u64,
+    /// Failed prompts of earlier passes that this pass sends again.
+    pub retrying: u64,
+    pub rejected: u64,
+    pub tokens: u64,
+    pub prompt_tokens: u64,
+    pub length_finishes: u64,
+    /// The last failure's message, for a verdict that says why.
+    #[serde(default)]
+    pub last_error: String,
+}
+
+/// How a pass was set up (`PhaseState::setup`).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+struct Setup {
+    /// The failures file of the previous pass, kept under this name: the
+    /// input of a retry pass.
+    #[serde(default)]
+    retry_input: Option<PathBuf>,
+}
+
+struct Generation {
+    spec: GenerationSpec,
+    retry: bool,
+}
+
+/// A prompt line's outcome, with the prompt (a failure keeps its input).
+pub struct Answer {
+    prompt: prompts::Prompt,
+    result: Result<Outcome, Failed>,
+}
+
+impl RecordPhase for Generation {
+    type Item = prompts::Prompt;
+    type Output = Answer;
+    type Stats = Stats;
+
+    fn max_line_bytes(&self) -> usize {
+        prompts::MAX_LINE_BYTES
+    }
+
+    fn record_id(&self, line: &[u8]) -> Option<String> {
+        let id_field = if self.retry {
+            "id"
+        } else {
+            &self.spec.id_field
+        };
+        crate::phase::lines::json_field(line, id_field)
+            .as_ref()
+            .and_then(crate::phase::lines::id_text)
+    }
+
+    fn parse(&self, bytes: &[u8], number: u64) -> Result<prompts::Prompt, String> {
+        let id_field = if self.retry {
+            "id"
+        } else {
+            &self.spec.id_field
+        };
+        prompts::parse(bytes, number, self.spec.api, id_field, self.retry).map_err(|r| r.reason)
+    }
+
+    fn write(
+        &self,
+        _line: Line,
+        answer: Answer,
+        files: &mut Files<'_>,
+        stats: &mut Stats,
+    ) -> io::Result<()> {
+        let prompt = answer.prompt;
+        match answer.result {
+            Ok(out) => {
+                let c = out.completion;
+                if let Some(usage) = &c.usage {
+                    stats.tokens += usage.completion_tokens;
+                    stats.prompt_tokens += usage.prompt_tokens;
+                }
+                stats.length_finishes += u64::from(c.finish_reason == "length");
+                stats.records += 1;
+                files.line(
+                    OUTPUT,
+                    &json!({
+                        "id": prompt.id, "line": prompt.line, "content": c.content,
+                        "reasoning": c.reasoning, "finish_reason": c.finish_reason,
+                        "usage": c.usage, "model": c.model, "endpoint": out.endpoint,
+                        "latency_ms": out.latency.as_millis() as u64, "attempts": out.attempts,
+                    }),
+                )
+            }
+            Err(failed) => {
+                stats.failed += 1;
+                stats.last_error = failed.failure.to_string();
+                let input_key = match self.spec.api {
+                    Api::Chat => "messages",
+                    Api::Completions => "prompt",
+                };
+                files.line(
+                    FAILURES,
+                    &json!({
+                        "id": prompt.id, "line": prompt.line, input_key: prompt.input,
+                        "failure": {
+                            "error": failed.failure.to_string(), "attempts": failed.attempts,
+                            "endpoint": failed.endpoint,
+                        },
+                    }),
+                )
+            }
+        }
+    }
+
+    fn reject(
+        &self,
+        line: Line,
+        reason: &str,
+        files: &mut Files<'_>,
+        stats: &mut Stats,
+    ) -> io::Result<()> {
+        stats.rejected += 1;
+        pipeline::reject_line(files, REJECTS, line, None, reason)
+    }
+
+    fn progress(&self, stats: &Stats, pass: &PassCounts, input: &InputState) -> Value {
+        // What will be written in the end: every line of the pass that is not
+        // rejected, plus what earlier passes wrote for good.
+        let expected_here = input.lines - pass.rejected;
+        let earlier = if self.retry {
+            stats.records - pass.written[OUTPUT]
+        } else {
+            0
+        };
+        json!({
+            "done": stats.records, "failed": stats.failed, "rejected": stats.rejected,
+            "total": earlier + expected_here, "tokens": stats.tokens,
+        })
+    }
+}
+
+/// The result a completed (or failed) generation reports.
+fn result(spec: &GenerationSpec, stats: &Stats, state: &PhaseState) -> String {
+    json!({
+        "records": stats.records, "failed": stats.failed, "rejected": stats.rejected,
+        "length_finishes": stats.length_finishes, "tokens": stats.tokens,
+        "prompt_tokens": stats.prompt_tokens, "passes": state.pass + 1,
+        "output": spec.output, "failures": spec.failures, "rejects": spec.rejects,
+    })
+    .to_string()
+}
+
+/// The verdict on a finished pass: completed, or failed when too many
+/// prompts failed (or none was usable).
+fn verdict(spec: &GenerationSpec, mut state: PhaseState) -> Ended {
+    let stats: Stats = match state.stats() {
+        Ok(stats) => stats,
+        Err(error) => return Ended::broke_off(error),
+    };
+    state.closed = true;
+    let sent = stats.records + stats.failed;
+    let share = if sent == 0 {
+        0.0
+    } else {
+        stats.failed as f64 / sent as f64
+    };
+    let error = if sent == 0 && stats.rejected > 0 {
+        Some(format!(
+            "no usable prompt: all {} lines were rejected (see {})",
+            stats.rejected,
+            spec.rejects.display()
+        ))
+    } else if share > spec.max_failed_share {
+        Some(format!(
+            "{} of {sent} prompts failed ({:.1}%, over the limit of {}%); last error: {}. \
+             {} records were written. The failed prompts are in {}; retry the task to send \
+             only those again",
+            stats.failed,
+            share * 100.0,
+            spec.max_failed_share * 100.0,
+            stats.last_error,
+            stats.records,
+            spec.failures.display()
+        ))
+    } else {
+        None
+    };
+    match error {
+        Some(error) => Ended::Failed {
+            error,
+            state: Some(state),
+        },
+        None => Ended::Completed {
+            result: result(spec, &stats, &state),
+            state: Some(state),
+        },
+    }
+}
+
+fn archive_name(failures: &std::path::Path, pass: u32) -> PathBuf {
+    let mut name = failures.as_os_str().to_owned();
+    name.push(format!(".pass-{pass}.jsonl"));
+    PathBuf::from(name)
+}
+
+/// Starts a pass that sends the failed prompts of the finished one again:
+/// commits the plan first, then keeps the failures file under its pass name
+/// (the new pass's input); a resume finds either step done or not, by the
+/// file's identity.
+async fn begin_retry(
+    run: &RunContext,
+    spec: &GenerationSpec,
+    mut state: PhaseState,
+) -> Result<Option<PhaseState>, String> {
+    let mut stats: Stats = state.stats()?;
+    let archive = archive_name(&spec.failures, state.pass);
+    state.pass += 1;
+    state.input = None;
+    state.complete = false;
+    state.closed = false;
+    state.counts = PassCounts::default();
+    state.setup = json!(Setup {
+        retry_input: Some(archive),
+    });
+    stats.retrying = stats.failed;
+    stats.failed = 0;
+    state.set_stats(&stats);
+    match run
+        .store
+        .commit_phase_state(run.task, &run.attempt, &state.to_json(), None)
+        .await
+    {
+        Ok(()) => Ok(Some(state)),
+        Err(crate::store::Error::Fenced { .. }) => Ok(None),
+        Err(e) => Err(format!("cannot commit the checkpoint: {e}")),
+    }
+}
+
+/// Moves the failures file of the last pass to its pass name, if that is not
+/// done yet, and plans a fresh failures file.
+fn keep_failures(
+    run: &RunContext,
+    state: &mut PhaseState,
+    archive: &std::path::Path,
+) -> Result<(), String> {
+    let Some(old) = state.files.get(FAILURES).cloned() else {
+        return Ok(());
+    };
+    let Some(identity) = old.identity else {
+        return Ok(()); // already done: a fresh failures file is planned
+    };
+    let fs = &*run.fs;
+    let io = |e: io::Error| crate::phase::spec::plain_io(&e);
+    match (
+        fs.stat(&old.path).map_err(io)?,
+        fs.stat(archive).map_err(io)?,
+    ) {
+        (Entry::Regular { identity: at, .. }, Entry::Missing) if at == identity => {
+            fs.rename_new(&old.path, archive).map_err(io)?;
+        }
+        (_, Entry::Regular { identity: at, .. }) if at == identity => {}
+        _ => {
+            return Err(format!(
+                "{} is not the failures file todod wrote, and {} is not either; the failed \
+                 prompts cannot be sent again safely",
+                old.path.display(),
+                archive.display()
+            ))
+        }
+    }
+    state.files[FAILURES] = FileState::planned(old.path);
+    Ok(())
+}
+
+/// Runs (or resumes) a generation until its pass is complete, it fails, or it
+/// is told to stop.
+pub async fn run(run: RunContext, spec: GenerationSpec) -> Ended {
+    match run_inner(&run, spec).await {
+        Ok(ended) => ended,
+        Err(error) => Ended::broke_off(error),
+    }
+}
+
+async fn run_inner(run: &RunContext, spec: GenerationSpec) -> Result<Ended, String> {
+    let Some(concurrency) = spec.concurrency else {
+        return Err(
+            "concurrency \"auto\" needs a completed feasibility dependency; none has \
+                    chosen a level"
+                .into(),
+        );
+    };
+    let mut state = PhaseState::load(&run.store, run.task)
+        .await?
+        .unwrap_or_default();
+    if state.closed {
+        let stats: Stats = state.stats()?;
+        if stats.failed == 0 {
+            // Nothing left to send: the verdict stands (its limits may have
+            // changed since, so it is given again).
+            return Ok(verdict(&spec, state));
+        }
+        match begin_retry(run, &spec, state).await? {
+            Some(next) => state = next,
+            None => return Ok(Ended::Stopped),
+        }
+    }
+    if state.complete {
+        return Ok(verdict(&spec, state));
+    }
+    let setup: Setup = serde_json::from_value(state.setup.clone()).unwrap_or_default();
+    let input = match &setup.retry_input {
+        Some(archive) => {
+            if state.input.is_none() {
+                keep_failures(run, &mut state, archive)?;
+            }
+            archive.clone()
+        }
+        None => spec.prompts.clone(),
+    };
+    let phase = Arc::new(Generation {
+        retry: setup.retry_input.is_some(),
+        spec: spec.clone(),
+    });
+    let plan = PassPlan {
+        input,
+        files: spec.files(),
+        existing: if spec.overwrite && state.pass == 0 {
+            Existing::Replace
+        } else {
+            Existing::Refuse
+        },
+    };
+    let Some((state, outputs)) = pipeline::open(run, &phase, state, &plan).await? else {
+        return Ok(Ended::Stopped);
+    };
+    let client = Arc::new(client(&spec)?);
+    let request = Arc::new(RequestShape {
+        api: spec.api,
+        model: spec.model.clone(),
+        params: {
+            let mut params = spec.params.clone();
+            if let Some(max) = spec.max_tokens {
+                params.insert("max_tokens".into(), json!(max));
+            }
+            params
+        },
+        stream: spec.stream,
+    });
+    let process = Arc::new(move |prompt: prompts::Prompt| {
+        let (client, request) = (client.clone(), request.clone());
+        Box::pin(async move {
+            let completion = CompletionRequest {
+                api: request.api,
+                model: request.model.clone(),
+                input: prompt.input.clone(),
+                params: request.params.clone(),
+                stream: request.stream,
+            };
+            let result = client.complete(&completion).await;
+            Answer { prompt, result }
+        }) as pipeline::BoxFuture<Answer>
+    });
+    match pipeline::run(
+        run,
+        phase,
+        state,
+        outputs,
+        Processor::Async {
+            concurrency,
+            process,
+        },
+    )
+    .await?
+    {
+        PassEnd::Complete(state, _) => Ok(verdict(&spec, *state)),
+        PassEnd::Stopped => Ok(Ended::Stopped),
+    }
+}
+
+/// What every request of a run shares.
+struct RequestShape {
+    api: Api,
+    model: String,
+    params: serde_json::Map<String, Value>,
+    stream: bool,
+}
+
+fn client(spec: &GenerationSpec) -> Result<InferenceClient, String> {
+    let limits = Limits {
+        deadline: Duration::from_secs(spec.request_deadline_seconds),
+        idle_timeout: Duration::from_secs(spec.stream_idle_seconds),
+        backoff: Backoff {
+            max_attempts: spec.max_attempts,
+            ..Backoff::default()
+        },
+        ..Limits::default()
+    };
+    InferenceClient::new(&spec.endpoints, spec.api_key_env.as_deref(), limits)
+}

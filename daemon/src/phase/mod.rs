@@ -1,0 +1,82 @@
+//! Phase tasks the daemon runs itself.
+//!
+//! - [`registry`] is the one place that knows the phase kinds: it checks a
+//!   spec on arrival, says which paths it writes and whether it starts on its
+//!   own, and runs it.
+//! - [`runtime`] starts ready phase tasks, resumes the ones an earlier daemon
+//!   run left in progress, stops the ones a client pauses or cancels, and
+//!   records how each run ended. Each run has its own attempt token; the
+//!   store refuses a checkpoint or an end from any other.
+//! - [`pipeline`] is the exactly-once record pipeline the record phases stand
+//!   on, over [`files`] (output files created exclusively, with identities),
+//!   [`lines`] (bounded line reading, the input survey), [`cursor`] (which
+//!   lines are committed) and [`state`] (the checkpoint document).
+//! - One module per kind says how to read, process and write its records.
+pub mod cursor;
+pub mod files;
+pub mod generation;
+pub mod lines;
+pub mod lossy_fs;
+pub mod pipeline;
+pub mod registry;
+pub mod runtime;
+pub mod spec;
+pub mod state;
+
+use std::sync::Arc;
+
+use tokio::sync::watch;
+
+use crate::domain::TaskId;
+use crate::store::Store;
+pub use spec::Boundaries;
+pub use state::PhaseState;
+
+/// What a phase run is given.
+#[derive(Clone)]
+pub struct RunContext {
+    pub task: TaskId,
+    /// This run's token: the store takes checkpoints and the end only from it.
+    pub attempt: String,
+    /// The task's spec, as the registry checked it at creation.
+    pub spec: String,
+    pub store: Store,
+    /// Turns true when the run must stop (cancel, pause, shutdown).
+    pub stop: watch::Receiver<bool>,
+    pub fs: files::SharedFs,
+    pub bounds: Arc<Boundaries>,
+}
+
+/// How a run ended.
+#[derive(Debug)]
+pub enum Ended {
+    /// The task completes with this result (JSON); `state`, if any, is
+    /// committed with it.
+    Completed {
+        result: String,
+        state: Option<PhaseState>,
+    },
+    /// The task fails with this error, in plain words. With a `state`, the
+    /// failure is the verdict of a finished pass (committed with it); without,
+    /// the run broke off and a retry resumes from the checkpoint.
+    Failed {
+        error: String,
+        state: Option<PhaseState>,
+    },
+    /// Stopped from outside; resumable from the checkpoint.
+    Stopped,
+}
+
+/// Resolves once `stop` turns true (or its sender is gone).
+pub async fn stopped(stop: &mut watch::Receiver<bool>) {
+    let _ = stop.wait_for(|s| *s).await;
+}
+
+impl Ended {
+    pub fn broke_off(error: impl Into<String>) -> Ended {
+        Ended::Failed {
+            error: error.into(),
+            state: None,
+        }
+    }
+}

@@ -1,0 +1,624 @@
+//! The exactly-once record pipeline every record phase runs on: stream the
+//! input, process records concurrently (async tasks for HTTP, threads for CPU
+//! work), append the results to the output files, and commit in batches:
+//! fsync the files, then the checkpoint (cursor, file lengths and
+//! identities, counters) in one fenced transaction. A resume cuts the files
+//! back to the checkpoint and skips the committed lines; nothing else is
+//! kept in memory per record.
+//!
+//! A phase supplies only how to read a record ([`RecordPhase::parse`]), how to
+//! process it (an async function or a CPU one, see [`Processor`]) and how to
+//! write it ([`RecordPhase::write`]). CPU processing keeps the input's order,
+//! so its output is byte-identical however often the run is killed.
+use std::collections::{BTreeMap, HashSet};
+use std::future::Future;
+use std::io;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use serde_json::{json, Value};
+use tokio::sync::mpsc;
+
+use super::cursor::{Line, Progress};
+use super::files::{Existing, FileState, Output};
+use super::lines::{survey, LineReader, RawLine};
+use super::state::{InputState, PassCounts, PhaseState};
+use super::RunContext;
+use crate::store::Error as StoreError;
+
+/// Records per checkpoint at most; a checkpoint also happens every second.
+pub const BATCH: usize = 256;
+const CHECKPOINT_EVERY: Duration = Duration::from_secs(1);
+/// Lines handed to a CPU worker at once.
+const CPU_BATCH: usize = 64;
+
+/// What a record phase says about its records.
+pub trait RecordPhase: Send + Sync + 'static {
+    /// A usable input record.
+    type Item: Send + 'static;
+    /// A processed record, ready to write.
+    type Output: Send + 'static;
+    /// The phase's own counters, committed with every checkpoint.
+    type Stats: Default + Clone + Serialize + DeserializeOwned + Send + 'static;
+
+    /// Input lines longer than this are rejected unread.
+    fn max_line_bytes(&self) -> usize {
+        16 << 20
+    }
+
+    /// The record id of a raw line, for finding duplicates before the pass
+    /// starts; `None` when the line has none (its id is then its number).
+    fn record_id(&self, line: &[u8]) -> Option<String>;
+
+    /// Parses line `number`; `Err` is the reason it is rejected.
+    fn parse(&self, bytes: &[u8], number: u64) -> Result<Self::Item, String>;
+
+    /// Appends a processed record to the files.
+    fn write(
+        &self,
+        line: Line,
+        output: Self::Output,
+        files: &mut Files<'_>,
+        stats: &mut Self::Stats,
+    ) -> io::Result<()>;
+
+    /// Appends a rejected line (to the rejects file, as a rule).
+    fn reject(
+        &self,
+        line: Line,
+        reason: &str,
+        files: &mut Files<'_>,
+        stats: &mut Self::Stats,
+    ) -> io::Result<()>;
+
+    /// Progress to report after a checkpoint (a JSON object).
+    fn progress(&self, stats: &Self::Stats, pass: &PassCounts, input: &InputState) -> Value;
+}
+
+/// The output files of a pass, as a phase writes to them.
+pub struct Files<'a> {
+    outputs: &'a mut [Output],
+    counts: &'a mut PassCounts,
+}
+
+impl Files<'_> {
+    /// Appends one JSON line to file `index`.
+    pub fn line(&mut self, index: usize, value: &Value) -> io::Result<()> {
+        let mut bytes = serde_json::to_vec(value).map_err(io::Error::other)?;
+        bytes.push(b'\n');
+        self.bytes(index, &bytes)?;
+        self.counts.written[index] += 1;
+        Ok(())
+    }
+
+    /// Appends raw bytes to file `index` (not counted as a line).
+    pub fn bytes(&mut self, index: usize, bytes: &[u8]) -> io::Result<()> {
+        self.outputs[index].append(bytes)
+    }
+
+    pub fn len(&self, index: usize) -> u64 {
+        self.outputs[index].len()
+    }
+
+    /// Counts a line written through [`Files::bytes`].
+    pub fn count(&mut self, index: usize) {
+        self.counts.written[index] += 1;
+    }
+}
+
+/// A boxed future, for async processors.
+pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
+
+/// How records are processed.
+pub enum Processor<P: RecordPhase> {
+    /// `concurrency` async tasks; results are written as they finish.
+    Async {
+        concurrency: usize,
+        process: Arc<dyn Fn(P::Item) -> BoxFuture<P::Output> + Send + Sync>,
+    },
+    /// Worker threads; results are written in input order.
+    Cpu {
+        threads: usize,
+        process: Arc<dyn Fn(P::Item) -> P::Output + Send + Sync>,
+    },
+}
+
+/// What one line came to.
+enum Done<O> {
+    Record(O),
+    Rejected(String),
+}
+
+/// Lines with what they came to, as workers hand them to the committer.
+type DoneLines<O> = Vec<(Line, Done<O>)>;
+
+/// A pass's setup: what it reads and what it writes.
+pub struct PassPlan {
+    pub input: PathBuf,
+    /// The output files in the order the phase indexes them. Those already in
+    /// the state (from an earlier pass) keep their committed content.
+    pub files: Vec<PathBuf>,
+    pub existing: Existing,
+}
+
+/// How a pass ended.
+pub enum PassEnd {
+    /// Every line is committed; the state says so.
+    Complete(Box<PhaseState>, Vec<Output>),
+    Stopped,
+}
+
+fn io_error(what: &str) -> impl Fn(io::Error) -> String + '_ {
+    move |e| format!("{what}: {}", super::spec::plain_io(&e))
+}
+
+/// Commits `state` for the run, fenced: a run that lost its task gets `None`
+/// (it must stop), any other failure is an error message.
+async fn commit(
+    run: &RunContext,
+    state: &PhaseState,
+    duplicates: Option<(u32, &[u64])>,
+) -> Result<Option<()>, String> {
+    match run
+        .store
+        .commit_phase_state(run.task, &run.attempt, &state.to_json(), duplicates)
+        .await
+    {
+        Ok(()) => Ok(Some(())),
+        Err(StoreError::Fenced { .. }) => Ok(None),
+        Err(e) => Err(format!("cannot commit the checkpoint: {e}")),
+    }
+}
+
+/// Opens (or starts) the pass that `state` describes: surveys its input and
+/// creates its files the first time, or checks the input and reopens the
+/// files on resume. `None` when the run lost its task meanwhile.
+pub async fn open<P: RecordPhase>(
+    run: &RunContext,
+    phase: &Arc<P>,
+    mut state: PhaseState,
+    plan: &PassPlan,
+) -> Result<Option<(PhaseState, Vec<Output>)>, String> {
+    if state.input.is_none() {
+        let (path, limit, phase2) = (plan.input.clone(), phase.max_line_bytes(), phase.clone());
+        let found = tokio::task::spawn_blocking(move || {
+            survey(&path, limit, &|line: &[u8]| phase2.record_id(line))
+        })
+        .await
+        .map_err(|e| format!("the input survey failed: {e}"))?
+        .map_err(io_error(&format!("cannot read {}", plan.input.display())))?;
+        state.input = Some(InputState {
+            path: plan.input.clone(),
+            identity: found.identity,
+            lines: found.lines,
+            duplicates: found.duplicates.len() as u64,
+        });
+        state.cursor = Default::default();
+        state.complete = false;
+        state.closed = false;
+        state.counts = PassCounts {
+            written: vec![0; plan.files.len()],
+            rejected: 0,
+        };
+        // Files not yet in the state are to be created: the intent is
+        // committed before they exist, with the survey.
+        for path in &plan.files {
+            if !state.files.iter().any(|f| &f.path == path) {
+                state.files.push(FileState::planned(path.clone()));
+            }
+        }
+        state.files.retain(|f| plan.files.contains(&f.path));
+        state
+            .files
+            .sort_by_key(|f| plan.files.iter().position(|p| p == &f.path));
+        if commit(run, &state, Some((state.pass, &found.duplicates)))
+            .await?
+            .is_none()
+        {
+            return Ok(None);
+        }
+    }
+    // Create what is planned, reopen what exists.
+    let fs = run.fs.clone();
+    let files = state.files.clone();
+    let existing = plan.existing;
+    let opened = tokio::task::spawn_blocking(move || {
+        files
+            .into_iter()
+            .map(|file| match file.identity {
+                None => Output::create(&*fs, file, existing, true),
+                Some(_) => Output::resume(&*fs, file),
+            })
+            .collect::<io::Result<Vec<Output>>>()
+    })
+    .await
+    .map_err(|e| format!("opening the output files failed: {e}"))?
+    .map_err(|e| super::spec::plain_io(&e))?;
+    let created = opened
+        .iter()
+        .zip(&state.files)
+        .any(|(o, f)| f.identity.is_none() && o.state().identity.is_some());
+    state.files = opened.iter().map(|o| o.state().clone()).collect();
+    if created && commit(run, &state, None).await?.is_none() {
+        return Ok(None);
+    }
+    if state.counts.written.len() != state.files.len() {
+        state.counts.written.resize(state.files.len(), 0);
+    }
+    Ok(Some((state, opened)))
+}
+
+/// Runs the opened pass until every line is committed, the run is told to
+/// stop, or it fails.
+pub async fn run<P: RecordPhase>(
+    run: &RunContext,
+    phase: Arc<P>,
+    mut state: PhaseState,
+    mut outputs: Vec<Output>,
+    processor: Processor<P>,
+) -> Result<PassEnd, String> {
+    let input = state.input.clone().expect("an opened pass has its input");
+    // The committed line numbers mean these lines only if the file is unchanged.
+    let mut reader = LineReader::open(
+        &input.path,
+        state.cursor.offset,
+        state.cursor.next,
+        phase.max_line_bytes(),
+    )
+    .map_err(io_error(&format!("cannot read {}", input.path.display())))?;
+    let now = super::files::InputIdentity::of(reader.file())
+        .map_err(io_error(&format!("cannot read {}", input.path.display())))?;
+    if now != input.identity {
+        return Err(format!(
+            "{} changed since this pass started ({} bytes then, {} now); its committed line \
+             numbers would no longer mean the same lines. Restore it, or start a new task",
+            input.path.display(),
+            input.identity.len,
+            now.len
+        ));
+    }
+    let duplicates: HashSet<u64> = run
+        .store
+        .phase_duplicates(run.task, state.pass, state.cursor.next)
+        .await
+        .map_err(|e| format!("cannot load the checkpoint: {e}"))?
+        .into_iter()
+        .collect();
+    let mut stats = state.stats::<P::Stats>()?;
+    if state.counts.written.is_empty() {
+        state.counts.written = vec![0; outputs.len()];
+    }
+
+    let cursor = state.cursor.clone();
+    let lines = input.lines;
+    let (done_tx, mut done_rx) = mpsc::channel::<(u64, DoneLines<P::Output>)>(64);
+    let mut workers = tokio::task::JoinSet::new();
+    let ordered;
+    let reading = match processor {
+        Processor::Async {
+            concurrency,
+            process,
+        } => {
+            ordered = false;
+            let (work_tx, work_rx) = mpsc::channel::<(Line, P::Item)>(concurrency * 2);
+            let work_rx = Arc::new(tokio::sync::Mutex::new(work_rx));
+            for _ in 0..concurrency {
+                let (work_rx, done_tx, process) =
+                    (work_rx.clone(), done_tx.clone(), process.clone());
+                workers.spawn(async move {
+                    loop {
+                        let next = work_rx.lock().await.recv().await;
+                        let Some((line, item)) = next else { return };
+                        let output = process(item).await;
+                        if done_tx
+                            .send((0, vec![(line, Done::Record(output))]))
+                            .await
+                            .is_err()
+                        {
+                            return;
+                        }
+                    }
+                });
+            }
+            let (phase, done_tx) = (phase.clone(), done_tx.clone());
+            tokio::task::spawn_blocking(move || -> io::Result<()> {
+                while let Some(raw) = next_to_do(&mut reader, &cursor, lines)? {
+                    let line = raw.line;
+                    let verdict = screen(&*phase, raw, &duplicates);
+                    let sent = match verdict {
+                        Ok(item) => work_tx.blocking_send((line, item)).is_ok(),
+                        Err(reason) => done_tx
+                            .blocking_send((0, vec![(line, Done::Rejected(reason))]))
+                            .is_ok(),
+                    };
+                    if !sent {
+                        break; // the run stopped
+                    }
+                }
+                Ok(())
+            })
+        }
+        Processor::Cpu { threads, process } => {
+            ordered = true;
+            let (batch_tx, batch_rx) =
+                std::sync::mpsc::sync_channel::<(u64, Vec<RawLine>)>(threads * 2);
+            let batch_rx = Arc::new(Mutex::new(batch_rx));
+            for _ in 0..threads.max(1) {
+                let (batch_rx, done_tx, process, phase, duplicates) = (
+                    batch_rx.clone(),
+                    done_tx.clone(),
+                    process.clone(),
+                    phase.clone(),
+                    duplicates.clone(),
+                );
+                workers.spawn_blocking(move || loop {
+                    let next = batch_rx.lock().unwrap_or_else(|p| p.into_inner()).recv();
+                    let Ok((seq, lines)) = next else { return };
+                    let done = lines
+                        .into_iter()
+                        .map(|raw| {
+                            let line = raw.line;
+                            match screen(&*phase, raw, &duplicates) {
+                                Ok(item) => (line, Done::Record(process(item))),
+                                Err(reason) => (line, Done::Rejected(reason)),
+                            }
+                        })
+                        .collect();
+                    if done_tx.blocking_send((seq, done)).is_err() {
+                        return;
+                    }
+                });
+            }
+            tokio::task::spawn_blocking(move || -> io::Result<()> {
+                let mut seq = 0u64;
+                let mut batch = Vec::with_capacity(CPU_BATCH);
+                let mut bytes = 0usize;
+                while let Some(raw) = next_to_do(&mut reader, &cursor, lines)? {
+                    bytes += raw.bytes.len();
+                    batch.push(raw);
+                    if batch.len() >= CPU_BATCH || bytes >= 1 << 20 {
+                        if batch_tx.send((seq, std::mem::take(&mut batch))).is_err() {
+                            return Ok(());
+                        }
+                        seq += 1;
+                        bytes = 0;
+                    }
+                }
+                if !batch.is_empty() {
+                    let _ = batch_tx.send((seq, batch));
+                }
+                Ok(())
+            })
+        }
+    };
+    drop(done_tx);
+
+    let mut committer = Committer {
+        run,
+        progress: Progress::new(&state.cursor),
+        outputs: &mut outputs,
+        state: &mut state,
+        input: &input,
+        batch: 0,
+        last: Instant::now(),
+        started: Instant::now(),
+        committed_at_start: 0,
+    };
+    committer.committed_at_start = committer.state.cursor.committed();
+    let mut pending: BTreeMap<u64, DoneLines<P::Output>> = BTreeMap::new();
+    let mut next_seq = 0u64;
+    let mut stop = run.stop.clone();
+    let finished = loop {
+        let step = tokio::select! {
+            next = done_rx.recv() => Some(next),
+            _ = tokio::time::sleep(CHECKPOINT_EVERY) => None,
+            _ = super::stopped(&mut stop) => break false,
+        };
+        match step {
+            Some(Some((seq, done))) => {
+                if ordered {
+                    pending.insert(seq, done);
+                    while let Some(done) = pending.remove(&next_seq) {
+                        next_seq += 1;
+                        committer.take(&*phase, done, &mut stats)?;
+                    }
+                } else {
+                    committer.take(&*phase, done, &mut stats)?;
+                }
+                if committer.due() && !committer.checkpoint(&*phase, &stats).await? {
+                    break false;
+                }
+            }
+            Some(None) => break true,
+            None => {
+                if !committer.checkpoint(&*phase, &stats).await? {
+                    break false;
+                }
+            }
+        }
+    };
+    workers.abort_all();
+    if !finished {
+        // What is appended but not committed is cut on resume.
+        return Ok(PassEnd::Stopped);
+    }
+    reading
+        .await
+        .map_err(|e| format!("the input reader failed: {e}"))?
+        .map_err(io_error(&format!("cannot read {}", input.path.display())))?;
+    let reached = committer.progress.snapshot();
+    if !pending.is_empty() || reached.next != input.lines + 1 || !reached.ahead.is_empty() {
+        return Err(format!(
+            "{} ended at line {} of the {} it had when the pass started; it was cut meanwhile",
+            input.path.display(),
+            reached.next - 1,
+            input.lines
+        ));
+    }
+    committer.state.complete = true;
+    committer.batch += 1; // force the final commit even if the last batch was committed
+    if !committer.checkpoint(&*phase, &stats).await? {
+        return Ok(PassEnd::Stopped);
+    }
+    Ok(PassEnd::Complete(Box::new(state), outputs))
+}
+
+/// The next line not committed yet, among the `lines` the survey counted
+/// (lines appended since are not this pass's).
+fn next_to_do(
+    reader: &mut LineReader,
+    cursor: &super::cursor::Cursor,
+    lines: u64,
+) -> io::Result<Option<RawLine>> {
+    while let Some(raw) = reader.next_line()? {
+        if raw.line.number > lines {
+            return Ok(None);
+        }
+        if !cursor.contains(raw.line.number) {
+            return Ok(Some(raw));
+        }
+    }
+    Ok(None)
+}
+
+/// Duplicates, over-long lines, then the phase's own parse.
+fn screen<P: RecordPhase>(
+    phase: &P,
+    raw: RawLine,
+    duplicates: &HashSet<u64>,
+) -> Result<P::Item, String> {
+    if raw.too_long {
+        return Err(format!(
+            "line is longer than {} bytes; it was not read",
+            phase.max_line_bytes()
+        ));
+    }
+    if duplicates.contains(&raw.line.number) {
+        let id = phase.record_id(&raw.bytes).unwrap_or_default();
+        return Err(format!("duplicate id {id:?}: an earlier line has it"));
+    }
+    phase.parse(&raw.bytes, raw.line.number)
+}
+
+struct Committer<'a, 'o> {
+    run: &'a RunContext,
+    progress: Progress,
+    outputs: &'o mut Vec<Output>,
+    state: &'o mut PhaseState,
+    input: &'a InputState,
+    /// Lines taken since the last checkpoint.
+    batch: usize,
+    last: Instant,
+    started: Instant,
+    committed_at_start: u64,
+}
+
+impl Committer<'_, '_> {
+    fn take<P: RecordPhase>(
+        &mut self,
+        phase: &P,
+        done: DoneLines<P::Output>,
+        stats: &mut P::Stats,
+    ) -> Result<(), String> {
+        for (line, done) in done {
+            let mut files = Files {
+                outputs: self.outputs,
+                counts: &mut self.state.counts,
+            };
+            let written = match done {
+                Done::Record(output) => phase.write(line, output, &mut files, stats),
+                Done::Rejected(reason) => {
+                    files.counts.rejected += 1;
+                    phase.reject(line, &reason, &mut files, stats)
+                }
+            };
+            written
+                .map_err(|e| format!("cannot write the output: {}", super::spec::plain_io(&e)))?;
+            self.progress.mark(line);
+            self.batch += 1;
+        }
+        Ok(())
+    }
+
+    fn due(&self) -> bool {
+        self.batch >= BATCH || self.last.elapsed() >= CHECKPOINT_EVERY
+    }
+
+    /// fsyncs the files, then commits their lengths, the cursor and the
+    /// counters, then reports progress. False if the run lost its task.
+    async fn checkpoint<P: RecordPhase>(
+        &mut self,
+        phase: &P,
+        stats: &P::Stats,
+    ) -> Result<bool, String> {
+        if self.batch == 0 {
+            return Ok(true);
+        }
+        // A few fsyncs a second on the async worker, like the store's commits.
+        let synced = self
+            .outputs
+            .iter_mut()
+            .map(Output::sync)
+            .collect::<io::Result<Vec<FileState>>>()
+            .map_err(|e| format!("cannot sync the output: {}", super::spec::plain_io(&e)))?;
+        let mut next = self.state.clone();
+        next.files = synced.clone();
+        next.cursor = self.progress.snapshot();
+        next.set_stats(stats);
+        if commit(self.run, &next, None).await?.is_none() {
+            return Ok(false);
+        }
+        for (output, state) in self.outputs.iter_mut().zip(synced) {
+            output.committed(state);
+        }
+        *self.state = next;
+        self.batch = 0;
+        self.last = Instant::now();
+        let mut progress = phase.progress(stats, &self.state.counts, self.input);
+        let lines_now = self.state.cursor.committed() - self.committed_at_start;
+        let elapsed = self.started.elapsed().as_secs_f64().max(0.001);
+        let rate = lines_now as f64 / elapsed;
+        let left = self
+            .input
+            .lines
+            .saturating_sub(self.state.cursor.committed()) as f64;
+        if let Value::Object(map) = &mut progress {
+            map.insert("rate_per_second".into(), json!(rate));
+            map.insert(
+                "eta_seconds".into(),
+                json!(if rate > 0.0 { (left / rate) as i64 } else { 0 }),
+            );
+        }
+        // Progress is best effort: a failure here must not stop the run.
+        match self
+            .run
+            .store
+            .report_progress(self.run.task, &self.run.attempt, &progress.to_string())
+            .await
+        {
+            Ok(()) => {}
+            Err(StoreError::Fenced { .. }) => return Ok(false),
+            Err(error) => tracing::warn!(%error, task = %self.run.task, "cannot record progress"),
+        }
+        Ok(true)
+    }
+}
+
+/// Writes the usual reject line: `{"line", "id", "reason"}`.
+pub fn reject_line(
+    files: &mut Files<'_>,
+    index: usize,
+    line: Line,
+    id: Option<String>,
+    reason: &str,
+) -> io::Result<()> {
+    let mut value = json!({"line": line.number, "reason": reason});
+    if let Some(id) = id {
+        value["id"] = json!(id);
+    }
+    files.line(index, &value)
+}

@@ -1,0 +1,207 @@
+//! The phase runtime: runs phase tasks as they become ready, resumes the ones
+//! an earlier daemon run left in progress, stops the ones a client pauses or
+//! cancels, and records how each run ended.
+//!
+//! It wakes on every committed event and once a second. Each run has its own
+//! attempt token, stamped on the task; the store refuses a checkpoint, a
+//! progress report or an end from an attempt that no longer holds the task, in
+//! the same transaction. A task is not started again until its previous run
+//! has ended, so two runs never write the same files. A run that panics fails
+//! its task with the panic's message; a run whose end cannot be recorded
+//! retries with backoff instead of being started again.
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::FutureExt;
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+
+use super::files::SharedFs;
+use super::{registry, Boundaries, Ended, RunContext};
+use crate::domain::{Status, TaskId};
+use crate::store::{Error as StoreError, PhaseTask, Store};
+
+/// Phase runs at once; more wait their turn.
+pub const MAX_RUNNING: usize = 4;
+const TICK: Duration = Duration::from_secs(1);
+const LONGEST_BACKOFF: Duration = Duration::from_secs(60);
+
+/// A unique id for this daemon run.
+pub fn new_run_id() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    format!("{:x}-{}", nanos, std::process::id())
+}
+
+/// A new attempt token of this daemon run: `RUN.N`.
+fn new_attempt(run_id: &str) -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    format!("{run_id}.{}", NEXT.fetch_add(1, Ordering::Relaxed))
+}
+
+/// What the runtime needs besides the store.
+#[derive(Clone)]
+pub struct Settings {
+    pub run_id: String,
+    pub fs: SharedFs,
+    pub bounds: Arc<Boundaries>,
+}
+
+/// A run in the table: its attempt and the switch that stops it.
+struct Running {
+    attempt: String,
+    stop: watch::Sender<bool>,
+}
+
+/// Whether the runtime should start `task` now.
+fn should_start(task: &PhaseTask) -> bool {
+    match task.status {
+        Status::InProgress => true,
+        Status::Pending => task.ready && !task.held && registry::auto_start(task.kind, &task.spec),
+        _ => false,
+    }
+}
+
+/// Runs until `shutdown` turns true; then stops every run, leaving them to be
+/// resumed by the next daemon.
+pub async fn run(store: Store, settings: Settings, mut shutdown: watch::Receiver<bool>) {
+    let mut committed = store.subscribe();
+    let mut running: HashMap<TaskId, Running> = HashMap::new();
+    let mut active: JoinSet<TaskId> = JoinSet::new();
+    loop {
+        match store.runnable_phase_tasks().await {
+            Ok(tasks) => {
+                // Tell runs whose task moved on (paused, cancelled, taken) to
+                // stop; they stay in the table until they have ended.
+                for (id, run) in &running {
+                    let holds = tasks.iter().any(|t| {
+                        t.id == *id
+                            && t.status == Status::InProgress
+                            && t.lease_owner.as_deref() == Some(run.attempt.as_str())
+                    });
+                    if !holds {
+                        let _ = run.stop.send(true);
+                    }
+                }
+                for task in tasks.iter().filter(|t| registry::runs(t.kind)) {
+                    if running.len() >= MAX_RUNNING || running.contains_key(&task.id) {
+                        continue;
+                    }
+                    if !should_start(task) {
+                        continue;
+                    }
+                    let attempt = new_attempt(&settings.run_id);
+                    let started = match task.status {
+                        Status::InProgress => store.take_lease(task.id, &attempt).await,
+                        _ => store.start_phase(task.id, &attempt).await.map(|_| true),
+                    };
+                    match started {
+                        Ok(true) => {
+                            let (stop, stopped) = watch::channel(false);
+                            let context = RunContext {
+                                task: task.id,
+                                attempt: attempt.clone(),
+                                spec: task.spec.clone(),
+                                store: store.clone(),
+                                stop: stopped,
+                                fs: settings.fs.clone(),
+                                bounds: settings.bounds.clone(),
+                            };
+                            running.insert(task.id, Running { attempt, stop });
+                            active.spawn(run_one(task.kind, context));
+                        }
+                        Ok(false) => {}
+                        // Another change won the race (the task was cancelled
+                        // or a dependency reopened): nothing to start.
+                        Err(StoreError::Rule(_)) => {}
+                        Err(error) => tracing::warn!(task = %task.id, %error, "cannot start phase"),
+                    }
+                }
+            }
+            Err(error) => tracing::error!(%error, "cannot list phase tasks"),
+        }
+        tokio::select! {
+            _ = committed.changed() => {}
+            _ = tokio::time::sleep(TICK) => {}
+            Some(ended) = active.join_next() => {
+                match ended {
+                    Ok(id) => { running.remove(&id); }
+                    // run_one catches panics; a join error means it was aborted.
+                    Err(error) => tracing::error!(%error, "a phase run was lost"),
+                }
+            }
+            _ = super::stopped(&mut shutdown) => {
+                for run in running.values() {
+                    let _ = run.stop.send(true);
+                }
+                while active.join_next().await.is_some() {}
+                return;
+            }
+        }
+    }
+}
+
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "no message".into())
+}
+
+/// Runs one attempt and records its end. Returns the task's id once the run
+/// is over and its end recorded (or refused), so that the task can be started
+/// again.
+async fn run_one(kind: crate::domain::Kind, context: RunContext) -> TaskId {
+    let id = context.task;
+    tracing::info!(task = %id, %kind, attempt = %context.attempt, "phase run starts");
+    let ended = std::panic::AssertUnwindSafe(registry::run(kind, context.clone()))
+        .catch_unwind()
+        .await
+        .unwrap_or_else(|payload| {
+            let message = panic_message(&*payload);
+            tracing::error!(task = %id, %message, "phase run panicked");
+            Ended::broke_off(format!(
+                "the {kind} run crashed (a bug in todod): {message}"
+            ))
+        });
+    let (outcome, state) = match ended {
+        Ended::Completed { result, state } => (Ok(result), state),
+        Ended::Failed { error, state } => {
+            tracing::warn!(task = %id, %error, "phase run failed");
+            (Err(error), state)
+        }
+        Ended::Stopped => {
+            tracing::info!(task = %id, "phase run stopped; resumable from its checkpoint");
+            return id;
+        }
+    };
+    let state = state.map(|s| s.to_json());
+    let mut wait = Duration::from_secs(1);
+    let mut stop = context.stop.clone();
+    loop {
+        match context
+            .store
+            .finish_phase(id, &context.attempt, outcome.clone(), state.as_deref())
+            .await
+        {
+            Ok(()) => {
+                tracing::info!(task = %id, ok = outcome.is_ok(), "phase run ended");
+                return id;
+            }
+            Err(StoreError::Fenced { .. }) => return id,
+            Err(error) => {
+                tracing::error!(task = %id, %error, ?wait, "cannot record the end of a phase run; retrying");
+                tokio::select! {
+                    _ = tokio::time::sleep(wait) => {}
+                    _ = super::stopped(&mut stop) => return id,
+                }
+                wait = (wait * 2).min(LONGEST_BACKOFF);
+            }
+        }
+    }
+}

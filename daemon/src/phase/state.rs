@@ -1,0 +1,95 @@
+//! The checkpoint document of a phase task, as the store keeps it (one JSON
+//! text per task, replaced by each batch's commit): which pass the task is
+//! in, what that pass reads, which of its lines are committed, the output
+//! files with their identities and committed lengths, and the counters that
+//! progress and results report. Everything a resume needs is here, so that
+//! numbers survive any number of restarts.
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::cursor::Cursor;
+use super::files::{FileState, InputIdentity};
+use crate::domain::TaskId;
+use crate::store::Store;
+
+/// The input of a pass, surveyed before its first line was processed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InputState {
+    pub path: PathBuf,
+    pub identity: InputIdentity,
+    /// Lines in the file.
+    pub lines: u64,
+    /// Lines whose record id repeats an earlier line's (listed in the store).
+    pub duplicates: u64,
+}
+
+/// Counters of the current pass, kept by the record pipeline.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PassCounts {
+    /// Lines appended to each output file in this pass.
+    pub written: Vec<u64>,
+    /// Lines of the input rejected (bad lines and duplicates).
+    pub rejected: u64,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct PhaseState {
+    /// Passes over an input: 0 first; a generation's retry of its failures
+    /// starts another.
+    pub pass: u32,
+    /// The survey of this pass's input is committed (its duplicates too).
+    #[serde(default)]
+    pub input: Option<InputState>,
+    #[serde(default)]
+    pub cursor: Cursor,
+    /// Every line of the pass is committed.
+    #[serde(default)]
+    pub complete: bool,
+    /// The pass's end was recorded together with the task's final status.
+    #[serde(default)]
+    pub closed: bool,
+    #[serde(default)]
+    pub files: Vec<FileState>,
+    #[serde(default)]
+    pub counts: PassCounts,
+    /// The phase kind's own counters (cumulative over passes).
+    #[serde(default)]
+    pub stats: Value,
+    /// The phase kind's own bookkeeping of how the pass was set up.
+    #[serde(default)]
+    pub setup: Value,
+}
+
+impl PhaseState {
+    pub async fn load(store: &Store, task: TaskId) -> Result<Option<PhaseState>, String> {
+        let Some(text) = store
+            .load_phase_state(task)
+            .await
+            .map_err(|e| format!("cannot load the checkpoint: {e}"))?
+        else {
+            return Ok(None);
+        };
+        serde_json::from_str(&text)
+            .map(Some)
+            .map_err(|e| format!("the checkpoint cannot be read by this version of todod: {e}"))
+    }
+
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).expect("a checkpoint serializes")
+    }
+
+    /// The phase's own counters, typed.
+    pub fn stats<T: serde::de::DeserializeOwned + Default>(&self) -> Result<T, String> {
+        if self.stats.is_null() {
+            return Ok(T::default());
+        }
+        serde_json::from_value(self.stats.clone())
+            .map_err(|e| format!("the checkpoint's counters cannot be read: {e}"))
+    }
+
+    pub fn set_stats<T: Serialize>(&mut self, stats: &T) {
+        self.stats = serde_json::to_value(stats).expect("stats serialize");
+    }
+}
