@@ -1,4 +1,5 @@
 //! Bad input gets the right gRPC code, names what is wrong, and changes nothing.
+use serde_json::json;
 use todod_e2e::{dependency as dep, item, proto, snapshot, write_request, Client, TestDaemon};
 use tonic::Code;
 
@@ -111,8 +112,49 @@ async fn bad_inputs_get_the_right_code_and_leave_the_store_unchanged() {
     };
     let write = |todos: Vec<proto::TodoItem>| Call::Write(write_request("p", todos));
 
+    // A generation spec that is fine but for one field.
+    let gen = |key: &str, value: serde_json::Value| {
+        let mut spec = spec.clone();
+        spec["output"] = serde_json::json!(files.path().join("other.jsonl"));
+        if value.is_null() {
+            spec.as_object_mut().unwrap().remove(key);
+        } else {
+            spec[key] = value;
+        }
+        Call::CreateTask(proto::CreateTaskRequest {
+            plan: "p".into(),
+            content: "gen".into(),
+            kind: "generation".into(),
+            spec_json: spec.to_string(),
+            ..Default::default()
+        })
+    };
+
     #[rustfmt::skip]
     let cases: Vec<(&str, Call, Code, &str)> = vec![
+        ("prompts file missing", gen("prompts", json!(files.path().join("missing.jsonl"))), Code::InvalidArgument, "spec.prompts: "),
+        ("prompts is a directory", gen("prompts", json!(files.path())), Code::InvalidArgument, "spec.prompts: "),
+        ("prompts relative", gen("prompts", json!("p.jsonl")), Code::InvalidArgument, "spec.prompts: \"p.jsonl\" is relative"),
+        ("output relative", gen("output", json!("out.jsonl")), Code::InvalidArgument, "spec.output: \"out.jsonl\" is relative"),
+        ("file endpoint", gen("endpoints", json!(["file:///etc/passwd"])), Code::InvalidArgument, "spec.endpoints[0]: \"file:///etc/passwd\": the scheme must be http or https"),
+        ("ftp endpoint", gen("endpoints", json!(["http://ok:1", "ftp://h/"])), Code::InvalidArgument, "spec.endpoints[1]"),
+        ("endpoint not a URL", gen("endpoints", json!(["localhost:8000"])), Code::InvalidArgument, "spec.endpoints[0]"),
+        ("endpoint with credentials", gen("endpoints", json!(["http://u:p@h:1"])), Code::InvalidArgument, "api_key_env"),
+        ("negative concurrency", gen("concurrency", json!(-1)), Code::InvalidArgument, "spec.concurrency: must be between 1 and 4096 (got -1)"),
+        ("zero concurrency", gen("concurrency", json!(0)), Code::InvalidArgument, "spec.concurrency: must be between 1 and 4096"),
+        ("huge concurrency", gen("concurrency", json!(100000)), Code::InvalidArgument, "spec.concurrency: must be between 1 and 4096"),
+        ("concurrency a word", gen("concurrency", json!("many")), Code::InvalidArgument, "spec.concurrency"),
+        ("zero attempts", gen("max_attempts", json!(0)), Code::InvalidArgument, "spec.max_attempts: must be between 1 and 100"),
+        ("zero max_tokens", gen("max_tokens", json!(0)), Code::InvalidArgument, "spec.max_tokens"),
+        ("failed share over 1", gen("max_failed_share", json!(2.0)), Code::InvalidArgument, "spec.max_failed_share"),
+        ("empty model", gen("model", json!(" ")), Code::InvalidArgument, "spec.model: must not be empty"),
+        ("model missing", gen("model", serde_json::Value::Null), Code::InvalidArgument, "spec.model: is required"),
+        ("model in params", gen("params", json!({"model": "x"})), Code::InvalidArgument, "spec.params.model"),
+        ("unknown api", gen("api", json!("responses")), Code::InvalidArgument, "spec.api"),
+        ("deadline of zero", gen("request_deadline_seconds", json!(0)), Code::InvalidArgument, "spec.request_deadline_seconds"),
+        ("unknown field", gen("temprature", json!(1)), Code::InvalidArgument, "spec.temprature: unknown field"),
+        ("key variable not exposed", gen("api_key_env", json!("HOME")), Code::InvalidArgument, "spec.api_key_env"),
+        ("auto concurrency without feasibility", gen("concurrency", json!("auto")), Code::InvalidArgument, "feasibility"),
         ("empty content", write(vec![item("", "", "", "")]), Code::InvalidArgument, "todos[0].content"),
         ("blank content", write(vec![item("", " \n\t", "", "")]), Code::InvalidArgument, "todos[0].content"),
         ("content too long", write(vec![item("", &"x".repeat(5000), "", "")]), Code::InvalidArgument, "todos[0].content"),

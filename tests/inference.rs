@@ -100,12 +100,13 @@ async fn reasoning_is_kept_apart_from_the_content() {
 }
 
 #[tokio::test]
-async fn the_api_key_comes_from_the_named_variable() {
+async fn the_api_key_goes_in_the_authorization_header() {
     let mock = MockOpenAi::start(Settings::default()).await;
-    std::env::set_var("TODOD_E2E_MOCK_KEY", "sk-test-123");
-    let c = InferenceClient::new(
+    // The daemon reads the variable; the test hands the value over directly,
+    // so that no thread of this process sees its environment change.
+    let c = InferenceClient::with_key(
         std::slice::from_ref(&mock.url),
-        Some("TODOD_E2E_MOCK_KEY"),
+        Some(("TODOD_E2E_MOCK_KEY", "sk-test-123")),
         limits(1),
     )
     .unwrap();
@@ -298,11 +299,9 @@ async fn a_hung_request_is_abandoned_at_its_deadline() {
 #[tokio::test]
 async fn a_dead_endpoint_costs_a_retry_and_the_live_one_serves() {
     let mock = MockOpenAi::start(Settings::default()).await;
-    // A port that was just free: connecting to it is refused.
-    let dead = {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        format!("http://{}", listener.local_addr().unwrap())
-    };
+    // A port this test holds without listening: connecting is refused.
+    let closed = todod_e2e::ClosedPort::new();
+    let dead = closed.url();
     let c = client(&[&dead, &mock.url], 3);
     let mut attempts = 0;
     for i in 0..10 {

@@ -8,6 +8,7 @@ pub mod api;
 pub mod codec;
 pub mod config;
 pub mod domain;
+pub mod failpoint;
 pub mod inference;
 pub mod phase;
 pub mod proto;

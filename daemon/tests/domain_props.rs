@@ -88,29 +88,7 @@ proptest! {
              prop::option::of(prop::collection::vec(0..12usize, 0..3))),
             0..10),
     ) {
-        // Build a sound stored plan from random operations.
-        let mut g = Graph::new();
-        let mut next = 1;
-        for op in setup {
-            let ids: Vec<TaskId> = g.ids().collect();
-            let pick = |i: usize| ids.get(i % ids.len().max(1)).copied();
-            match op {
-                Op::Add => { g.insert(TaskId(next), Status::Pending); next += 1; }
-                Op::Edge(a, b) => if let (Some(a), Some(b)) = (pick(a), pick(b)) { let _ = g.add_edge(a, b); },
-                Op::Move(a, s) => if let Some(a) = pick(a) { let _ = g.transition(a, s); },
-                _ => {}
-            }
-        }
-        let stored: Vec<StoredTask> = g.ids().map(|id| StoredTask {
-            id,
-            content: format!("task {}", id.0 % 4),
-            status: g.status(id).unwrap(),
-            priority: Priority::Medium,
-            kind: if id.0 % 5 == 0 { Kind::Generation } else { Kind::Todo },
-            position: id.0,
-            depends_on: g.dependencies(id).collect(),
-            archived: false,
-        }).collect();
+        let (g, stored) = stored_plan(setup);
         let ids: Vec<TaskId> = g.ids().collect();
         let items: Vec<TodoItem> = items.into_iter().map(|(id, content, status, deps)| TodoItem {
             id: id.and_then(|i| ids.get(i % ids.len().max(1)).copied()),
@@ -153,4 +131,89 @@ proptest! {
             }
         }
     }
+
+    /// The refused side: a list that restates the plan exactly as read (what
+    /// an agent that lost its context sends back) is accepted and changes
+    /// nothing, whatever the plan holds, phase tasks included.
+    #[test]
+    fn restating_the_plan_is_accepted_and_changes_nothing(setup in prop::collection::vec(op(), 0..40)) {
+        let (_, stored) = stored_plan(setup);
+        let items: Vec<TodoItem> = stored.iter().map(|t| TodoItem {
+            id: Some(t.id),
+            content: t.content.clone(),
+            status: Some(t.status),
+            priority: Some(t.priority),
+            depends_on: None,
+        }).collect();
+        let write = reconcile(&stored, &items);
+        prop_assert!(write.is_ok(), "refused: {:?}", write.err());
+        let write = write.unwrap();
+        prop_assert!(write.changes.is_empty(), "changes: {:?}", write.changes);
+    }
+
+    /// And a new pending item added at the end of that list is accepted too,
+    /// with nothing else changed.
+    #[test]
+    fn appending_an_item_is_accepted(setup in prop::collection::vec(op(), 0..40)) {
+        let (_, stored) = stored_plan(setup);
+        let mut items: Vec<TodoItem> = stored.iter().map(|t| TodoItem {
+            id: Some(t.id),
+            content: t.content.clone(),
+            status: None,
+            priority: None,
+            depends_on: None,
+        }).collect();
+        items.push(TodoItem { id: None, content: "a new task".into(), status: None, priority: None, depends_on: None });
+        let write = reconcile(&stored, &items);
+        prop_assert!(write.is_ok(), "refused: {:?}", write.err());
+        let changes = write.unwrap().changes;
+        prop_assert_eq!(changes.len(), 1, "{:?}", changes);
+        prop_assert!(matches!(changes[0], Change::Created { .. }), "{:?}", changes);
+    }
+}
+
+/// A sound stored plan built from random operations; every fifth task is a
+/// phase task.
+fn stored_plan(setup: Vec<Op>) -> (Graph, Vec<StoredTask>) {
+    let mut g = Graph::new();
+    let mut next = 1;
+    for op in setup {
+        let ids: Vec<TaskId> = g.ids().collect();
+        let pick = |i: usize| ids.get(i % ids.len().max(1)).copied();
+        match op {
+            Op::Add => {
+                g.insert(TaskId(next), Status::Pending);
+                next += 1;
+            }
+            Op::Edge(a, b) => {
+                if let (Some(a), Some(b)) = (pick(a), pick(b)) {
+                    let _ = g.add_edge(a, b);
+                }
+            }
+            Op::Move(a, s) => {
+                if let Some(a) = pick(a) {
+                    let _ = g.transition(a, s);
+                }
+            }
+            _ => {}
+        }
+    }
+    let stored = g
+        .ids()
+        .map(|id| StoredTask {
+            id,
+            content: format!("task {}", id.0 % 4),
+            status: g.status(id).unwrap(),
+            priority: Priority::Medium,
+            kind: if id.0 % 5 == 0 {
+                Kind::Generation
+            } else {
+                Kind::Todo
+            },
+            position: id.0,
+            depends_on: g.dependencies(id).collect(),
+            archived: false,
+        })
+        .collect();
+    (g, stored)
 }

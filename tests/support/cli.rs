@@ -354,13 +354,7 @@ pub fn spawn_unix_daemon(state_dir: &Path, socket: &Path) -> Spawned {
     let mut child = crate::todod_command(state_dir, &["--listen", "none", "--socket", socket_arg])
         .spawn()
         .expect("spawn todod");
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().expect("stdout"))
-        .read_line(&mut line)
-        .expect("read todod stdout");
-    assert_eq!(
-        line.trim_end(),
-        format!("todod listening on unix:{}", socket.display())
-    );
+    let addr = crate::read_readiness(&mut BufReader::new(child.stdout.take().expect("stdout")));
+    assert_eq!(addr, format!("unix:{}", socket.display()));
     Spawned(Some(child))
 }

@@ -20,6 +20,7 @@ use tonic::transport::Channel;
 pub use todod::proto;
 
 pub mod cli;
+pub mod gen;
 pub mod mock_openai;
 pub mod rng;
 
@@ -98,7 +99,12 @@ impl TestDaemon {
         TestDaemon::start_in(dir, options).await
     }
 
-    pub async fn start_in(dir: TempDir, options: Options) -> TestDaemon {
+    /// Serves the database in `dir`, which is also its state directory:
+    /// no phase file may live there.
+    pub async fn start_in(dir: TempDir, mut options: Options) -> TestDaemon {
+        if options.bounds.state_dir.is_none() {
+            options.bounds.state_dir = Some(std::fs::canonicalize(dir.path()).expect("state dir"));
+        }
         let store = Store::open(&dir.path().join("todod.db"))
             .await
             .expect("open store");
@@ -149,8 +155,12 @@ impl TestDaemon {
     }
 
     pub async fn restart(self) -> TestDaemon {
+        self.restart_with(Options::default()).await
+    }
+
+    pub async fn restart_with(self, options: Options) -> TestDaemon {
         let dir = self.stop().await;
-        TestDaemon::start_in(dir, Options::default()).await
+        TestDaemon::start_in(dir, options).await
     }
 }
 
@@ -251,11 +261,18 @@ impl RealDaemon {
     }
 
     pub fn spawn_with(state_dir: &Path, extra: &[&str]) -> RealDaemon {
+        RealDaemon::spawn_env(state_dir, extra, &[])
+    }
+
+    /// With `extra` arguments and environment variables set for it alone.
+    pub fn spawn_env(state_dir: &Path, extra: &[&str], env: &[(&str, &str)]) -> RealDaemon {
         let mut args = vec!["--listen", "127.0.0.1:0", "--socket", "none"];
         args.extend_from_slice(extra);
-        let mut child = todod_command(state_dir, &args)
-            .spawn()
-            .expect("spawn todod");
+        let mut command = todod_command(state_dir, &args);
+        for (key, value) in env {
+            command.env(key, value);
+        }
+        let mut child = command.spawn().expect("spawn todod");
         // The first stdout line is the readiness signal: "todod listening on ADDR".
         let stdout = child.stdout.take().expect("stdout");
         let addr = read_readiness(&mut BufReader::new(stdout));
@@ -434,5 +451,80 @@ pub async fn wait_task(
             .expect("no event for two minutes")
             .expect("the watch ended")
             .unwrap();
+    }
+}
+
+/// A loopback port this test holds, bound but not listening: connecting to it
+/// is refused, and no other process can take it while the test runs.
+pub struct ClosedPort {
+    fd: i32,
+    pub port: u16,
+}
+
+impl ClosedPort {
+    pub fn new() -> ClosedPort {
+        // SAFETY: plain socket calls on a descriptor we own; the address
+        // structure is fully initialised.
+        unsafe {
+            let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0);
+            assert!(fd >= 0, "socket");
+            let mut addr: libc::sockaddr_in = std::mem::zeroed();
+            addr.sin_family = libc::AF_INET as libc::sa_family_t;
+            addr.sin_addr.s_addr = u32::from_ne_bytes([127, 0, 0, 1]);
+            addr.sin_port = 0;
+            let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+            let rc = libc::bind(fd, &addr as *const _ as *const libc::sockaddr, len);
+            assert_eq!(rc, 0, "bind");
+            let mut bound: libc::sockaddr_in = std::mem::zeroed();
+            let mut len = len;
+            libc::getsockname(fd, &mut bound as *mut _ as *mut libc::sockaddr, &mut len);
+            ClosedPort {
+                fd,
+                port: u16::from_be(bound.sin_port),
+            }
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+}
+
+impl Default for ClosedPort {
+    fn default() -> Self {
+        ClosedPort::new()
+    }
+}
+
+impl Drop for ClosedPort {
+    fn drop(&mut self) {
+        // SAFETY: closing the descriptor we opened, once.
+        unsafe {
+            libc::close(self.fd);
+        }
+    }
+}
+
+/// A loopback listener this test holds and never answers: requests to it
+/// hang until the client gives up.
+pub struct SilentPort {
+    _listener: std::net::TcpListener,
+    pub url: String,
+}
+
+impl SilentPort {
+    pub fn new() -> SilentPort {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let url = format!("http://{}", listener.local_addr().expect("addr"));
+        SilentPort {
+            _listener: listener,
+            url,
+        }
+    }
+}
+
+impl Default for SilentPort {
+    fn default() -> Self {
+        SilentPort::new()
     }
 }

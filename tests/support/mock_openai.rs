@@ -67,6 +67,8 @@ struct State {
     requests: AtomicUsize,
     bodies: Mutex<Vec<Value>>,
     authorizations: Mutex<Vec<String>>,
+    /// Inputs answered with 400 (not retried) until cleared.
+    refused: Mutex<std::collections::HashSet<String>>,
     requests_changed: Notify,
     /// Requests whose client hung up before the answer was complete.
     abandoned: AtomicUsize,
@@ -115,6 +117,19 @@ impl MockOpenAi {
     /// Queues faults for the next requests, in order; then answers are normal.
     pub fn push(&self, faults: impl IntoIterator<Item = Fault>) {
         self.state.faults.lock().unwrap().extend(faults);
+    }
+
+    /// Answers these inputs with 400 from now on (a request the server will
+    /// never take); `refuse([])` takes them back.
+    pub fn refuse(&self, inputs: impl IntoIterator<Item = String>) {
+        let mut refused = self.state.refused.lock().unwrap();
+        refused.clear();
+        refused.extend(inputs);
+    }
+
+    /// The input texts of the requests received so far (last message or prompt).
+    pub fn inputs(&self) -> Vec<String> {
+        self.bodies().iter().map(input_of).collect()
     }
 
     pub fn requests(&self) -> usize {
@@ -232,26 +247,21 @@ async fn serve(
         .lock()
         .unwrap()
         .push(request.authorization.clone());
-    let fault = state
-        .faults
-        .lock()
-        .unwrap()
-        .pop_front()
-        .unwrap_or(Fault::Ok);
     let chat = request.path.ends_with("/chat/completions");
     let streamed = request.body["stream"].as_bool().unwrap_or(false);
-    let input = if chat {
-        request.body["messages"]
-            .as_array()
-            .and_then(|m| m.last())
-            .and_then(|m| m["content"].as_str())
-            .unwrap_or_default()
-            .to_string()
+    let input = input_of(&request.body);
+    let fault = if state.refused.lock().unwrap().contains(&input) {
+        Fault::Status {
+            code: 400,
+            retry_after: None,
+        }
     } else {
-        request.body["prompt"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string()
+        state
+            .faults
+            .lock()
+            .unwrap()
+            .pop_front()
+            .unwrap_or(Fault::Ok)
     };
     let content = expected_content(&input);
     let model = request.body["model"].as_str().unwrap_or("mock").to_string();
@@ -387,4 +397,17 @@ async fn serve(
     let tail = format!("data: {last}\n\ndata: {usage_chunk}\n\ndata: [DONE]\n\n");
     stream.write_all(tail.as_bytes()).await?;
     stream.shutdown().await
+}
+
+/// The input text of a request body: the last message's content (chat) or
+/// the prompt (completions).
+pub fn input_of(body: &Value) -> String {
+    match body["messages"].as_array() {
+        Some(messages) => messages
+            .last()
+            .and_then(|m| m["content"].as_str())
+            .unwrap_or_default()
+            .to_string(),
+        None => body["prompt"].as_str().unwrap_or_default().to_string(),
+    }
 }

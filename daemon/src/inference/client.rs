@@ -117,16 +117,35 @@ impl InferenceClient {
         api_key_env: Option<&str>,
         limits: Limits,
     ) -> Result<InferenceClient, String> {
-        let endpoints = Endpoints::new(endpoints)?;
-        let authorization = match api_key_env.filter(|name| !name.is_empty()) {
+        let key = match api_key_env.filter(|name| !name.is_empty()) {
             None => None,
-            Some(name) => {
-                let key = std::env::var(name).map_err(|_| {
+            Some(name) => Some((
+                name,
+                std::env::var(name).map_err(|_| {
                     format!("the environment variable {name} (the API key) is not set")
-                })?;
+                })?,
+            )),
+        };
+        InferenceClient::with_key(
+            endpoints,
+            key.as_ref().map(|(n, k)| (*n, k.as_str())),
+            limits,
+        )
+    }
+
+    /// Like `new`, with the key given as (the variable it came from, its value).
+    pub fn with_key(
+        endpoints: &[String],
+        key: Option<(&str, &str)>,
+        limits: Limits,
+    ) -> Result<InferenceClient, String> {
+        let endpoints = Endpoints::new(endpoints)?;
+        let authorization = match key {
+            None => None,
+            Some((name, key)) => {
                 // A key that cannot be a header fails the run at once, rather
                 // than every request with "builder error".
-                crate::phase::spec::check_key_value(name, &key)?;
+                crate::phase::spec::check_key_value(name, key)?;
                 let mut value = reqwest::header::HeaderValue::from_str(&format!("Bearer {key}"))
                     .map_err(|_| format!("{name} cannot go in an HTTP header"))?;
                 value.set_sensitive(true);
@@ -513,14 +532,19 @@ mod tests {
 
     #[test]
     fn the_api_key_is_never_printed() {
-        std::env::set_var("TODOD_TEST_KEY_NEVER_PRINTED", "sk-secret");
-        let client = InferenceClient::new(
+        let client = InferenceClient::with_key(
             &["http://127.0.0.1:1".into()],
-            Some("TODOD_TEST_KEY_NEVER_PRINTED"),
+            Some(("TODOD_TEST_KEY", "sk-secret")),
             Limits::default(),
         )
         .unwrap();
         assert!(!format!("{client:?}").contains("sk-secret"));
+        assert!(InferenceClient::with_key(
+            &["http://127.0.0.1:1".into()],
+            Some(("TODOD_TEST_KEY", "sk-a\r\nX-Injected: 1")),
+            Limits::default()
+        )
+        .is_err());
         assert!(InferenceClient::new(
             &["http://127.0.0.1:1".into()],
             Some("TODOD_TEST_KEY_THAT_IS_NOT_SET"),

@@ -1,12 +1,26 @@
 //! Server-sent events, as OpenAI-compatible servers stream them: `data:` lines,
 //! events separated by a blank line, `data: [DONE]` at the end. Bytes arrive in
 //! arbitrary chunks, so the parser keeps what it has not finished.
+//!
+//! Linear in the bytes it is fed: each byte is scanned once for a line end
+//! (LF, CRLF or a lone CR, as the SSE grammar allows), and the buffer is
+//! compacted once per chunk. What it holds of one event is bounded.
+
+/// The most an unfinished line plus the event around it may hold.
+pub const MAX_EVENT_BYTES: usize = 32 << 20;
 
 /// Incremental SSE parser: feed chunks, take complete `data` payloads.
 #[derive(Debug, Default)]
 pub struct SseParser {
     buffer: Vec<u8>,
-    data: Vec<String>,
+    /// Where the unprocessed bytes of `buffer` start.
+    start: usize,
+    /// The data lines of the event being read, joined by newlines.
+    data: String,
+    has_data: bool,
+    /// The previous chunk ended with CR: an LF at the start of this one
+    /// belongs to that line end.
+    after_cr: bool,
 }
 
 /// One complete event's payload.
@@ -20,52 +34,93 @@ impl SseParser {
     /// Feeds a chunk; returns the events it completed, in order. Invalid UTF-8
     /// in a line is an error: the body cannot be trusted.
     pub fn feed(&mut self, chunk: &[u8]) -> Result<Vec<SseEvent>, String> {
+        let mut chunk = chunk;
+        if self.after_cr && chunk.first() == Some(&b'\n') {
+            chunk = &chunk[1..];
+        }
+        self.after_cr = false;
+        let scan_from = self.buffer.len();
         self.buffer.extend_from_slice(chunk);
         let mut events = Vec::new();
-        while let Some(end) = self.buffer.iter().position(|b| *b == b'\n') {
-            let line: Vec<u8> = self.buffer.drain(..=end).collect();
-            let line = std::str::from_utf8(&line)
-                .map_err(|_| "stream carried invalid UTF-8".to_string())?
-                .trim_end_matches(['\n', '\r']);
-            if line.is_empty() {
-                if !self.data.is_empty() {
-                    let payload = self.data.join("\n");
-                    self.data.clear();
-                    events.push(if payload.trim() == "[DONE]" {
-                        SseEvent::Done
-                    } else {
-                        SseEvent::Data(payload)
-                    });
+        let mut at = scan_from;
+        while let Some(offset) = memchr::memchr2(b'\n', b'\r', &self.buffer[at..]) {
+            let end = at + offset;
+            let line_start = self.start;
+            let next = match self.buffer[end] {
+                b'\r' if end + 1 == self.buffer.len() => {
+                    // Perhaps the first half of CRLF: the next chunk says.
+                    self.after_cr = true;
+                    end + 1
                 }
-            } else if let Some(value) = line.strip_prefix("data:") {
-                self.data
-                    .push(value.strip_prefix(' ').unwrap_or(value).to_string());
-            }
-            // Comments (":"), "event:", "id:" and "retry:" lines carry nothing
-            // the completion needs.
+                b'\r' if self.buffer[end + 1] == b'\n' => end + 2,
+                _ => end + 1,
+            };
+            self.start = next;
+            at = next;
+            self.line(line_start, end, &mut events)?;
         }
+        if self.buffer.len() - self.start + self.data.len() > MAX_EVENT_BYTES {
+            return Err(format!(
+                "a stream event is over {MAX_EVENT_BYTES} bytes; the stream is not what an \
+                 OpenAI-compatible server sends"
+            ));
+        }
+        self.buffer.drain(..self.start);
+        self.start = 0;
         Ok(events)
+    }
+
+    /// Takes the line `buffer[start..end]`.
+    fn line(&mut self, start: usize, end: usize, events: &mut Vec<SseEvent>) -> Result<(), String> {
+        let line = std::str::from_utf8(&self.buffer[start..end])
+            .map_err(|_| "stream carried invalid UTF-8".to_string())?;
+        if line.is_empty() {
+            if self.has_data {
+                let payload = std::mem::take(&mut self.data);
+                self.has_data = false;
+                events.push(event(payload));
+            }
+        } else if let Some(value) = line.strip_prefix("data:") {
+            let value = value.strip_prefix(' ').unwrap_or(value);
+            if self.has_data {
+                self.data.push('\n');
+            }
+            self.data.push_str(value);
+            self.has_data = true;
+        }
+        // Comments (":"), "event:", "id:" and "retry:" lines carry nothing
+        // the completion needs.
+        Ok(())
     }
 
     /// Whatever a stream left unfinished when it ended: a last event without
     /// its blank line still counts.
     pub fn finish(&mut self) -> Option<SseEvent> {
         let rest = std::mem::take(&mut self.buffer);
-        if let Ok(line) = std::str::from_utf8(&rest) {
+        let rest = &rest[self.start..];
+        self.start = 0;
+        if let Ok(line) = std::str::from_utf8(rest) {
             if let Some(value) = line.trim_end().strip_prefix("data:") {
-                self.data.push(value.trim_start().to_string());
+                if self.has_data {
+                    self.data.push('\n');
+                }
+                self.data.push_str(value.trim_start());
+                self.has_data = true;
             }
         }
-        if self.data.is_empty() {
+        if !self.has_data {
             return None;
         }
-        let payload = self.data.join("\n");
-        self.data.clear();
-        Some(if payload.trim() == "[DONE]" {
-            SseEvent::Done
-        } else {
-            SseEvent::Data(payload)
-        })
+        self.has_data = false;
+        Some(event(std::mem::take(&mut self.data)))
+    }
+}
+
+fn event(payload: String) -> SseEvent {
+    if payload.trim() == "[DONE]" {
+        SseEvent::Done
+    } else {
+        SseEvent::Data(payload)
     }
 }
 
@@ -73,23 +128,40 @@ impl SseParser {
 mod tests {
     use super::*;
 
+    fn all(stream: &[u8], chunk: usize) -> Vec<SseEvent> {
+        let mut p = SseParser::default();
+        let mut events = Vec::new();
+        for part in stream.chunks(chunk) {
+            events.extend(p.feed(part).unwrap());
+        }
+        events.extend(p.finish());
+        events
+    }
+
     #[test]
     fn events_split_across_chunks_come_out_whole() {
-        let mut p = SseParser::default();
         let stream = b"data: {\"a\":1}\n\n: keep-alive\n\ndata: {\"b\"\r\n\r\ndata: [DONE]\n\n";
-        let mut events = Vec::new();
-        for chunk in stream.chunks(3) {
-            events.extend(p.feed(chunk).unwrap());
+        let want = vec![
+            SseEvent::Data("{\"a\":1}".into()),
+            SseEvent::Data("{\"b\"".into()),
+            SseEvent::Done,
+        ];
+        for size in 1..stream.len() {
+            assert_eq!(all(stream, size), want, "chunks of {size}");
         }
-        assert_eq!(
-            events,
-            vec![
-                SseEvent::Data("{\"a\":1}".into()),
-                SseEvent::Data("{\"b\"".into()),
-                SseEvent::Done
-            ]
-        );
-        assert_eq!(p.finish(), None);
+    }
+
+    #[test]
+    fn cr_only_line_ends_are_line_ends() {
+        let stream = b"data: x\r\rdata: y\r\n\r\ndata: z\rdata: w\r\r";
+        let want = vec![
+            SseEvent::Data("x".into()),
+            SseEvent::Data("y".into()),
+            SseEvent::Data("z\nw".into()),
+        ];
+        for size in 1..stream.len() {
+            assert_eq!(all(stream, size), want, "chunks of {size}");
+        }
     }
 
     #[test]
@@ -103,5 +175,28 @@ mod tests {
     fn invalid_utf8_is_an_error() {
         let mut p = SseParser::default();
         assert!(p.feed(b"data: \xff\xfe\n\n").is_err());
+    }
+
+    #[test]
+    fn an_endless_line_is_refused() {
+        let mut p = SseParser::default();
+        let chunk = vec![b'x'; 1 << 20];
+        let mut refused = false;
+        for _ in 0..40 {
+            if p.feed(&chunk).is_err() {
+                refused = true;
+                break;
+            }
+        }
+        assert!(refused);
+    }
+
+    #[test]
+    fn one_byte_chunks_of_a_long_event() {
+        let mut stream = b"data: ".to_vec();
+        stream.extend(std::iter::repeat_n(b'y', 100_000));
+        stream.extend_from_slice(b"\n\n");
+        let events = all(&stream, 1);
+        assert_eq!(events, vec![SseEvent::Data("y".repeat(100_000))]);
     }
 }

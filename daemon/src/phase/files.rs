@@ -375,7 +375,8 @@ impl Output {
         if state.head_len > 0 && hash_head(&*file, state.head_len)? != state.head {
             return Err(refusal(
                 &path,
-                "its first bytes differ from what todod wrote; not touched",
+                "was replaced by another file (its first bytes differ from what todod \
+                 wrote); not touched",
             ));
         }
         if !file.try_lock()? {

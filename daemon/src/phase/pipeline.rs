@@ -525,6 +525,7 @@ impl Committer<'_, '_> {
         stats: &mut P::Stats,
     ) -> Result<(), String> {
         for (line, done) in done {
+            crate::failpoint::hit("pipeline.write");
             let mut files = Files {
                 outputs: self.outputs,
                 counts: &mut self.state.counts,
