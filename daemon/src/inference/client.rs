@@ -31,6 +31,54 @@ pub struct CompletionRequest {
     pub stream: bool,
 }
 
+/// What every request of a run shares, serialized once: the body up to the
+/// input (`{...params, "model", "stream", "messages":`), so that a request
+/// costs one copy of its input and no JSON tree.
+#[derive(Debug, Clone)]
+pub struct RequestTemplate {
+    pub api: Api,
+    pub stream: bool,
+    head: Vec<u8>,
+}
+
+impl RequestTemplate {
+    pub fn new(
+        api: Api,
+        model: &str,
+        params: &Map<String, Value>,
+        stream: bool,
+    ) -> RequestTemplate {
+        let mut body = params.clone();
+        body.insert("model".into(), Value::String(model.to_string()));
+        body.insert("stream".into(), Value::Bool(stream));
+        if stream && !body.contains_key("stream_options") {
+            // Ask for the usage chunk at the end of the stream.
+            body.insert(
+                "stream_options".into(),
+                serde_json::json!({ "include_usage": true }),
+            );
+        }
+        let input = match api {
+            Api::Chat => "messages",
+            Api::Completions => "prompt",
+        };
+        body.remove(input);
+        let mut head = serde_json::to_vec(&Value::Object(body)).expect("a map serializes");
+        head.pop(); // the closing brace: the input goes last
+        head.extend_from_slice(format!(",\"{input}\":").as_bytes());
+        RequestTemplate { api, stream, head }
+    }
+
+    /// The body for one input, given as its JSON text.
+    pub fn body(&self, input_json: &str) -> Vec<u8> {
+        let mut body = Vec::with_capacity(self.head.len() + input_json.len() + 1);
+        body.extend_from_slice(&self.head);
+        body.extend_from_slice(input_json.as_bytes());
+        body.push(b'}');
+        body
+    }
+}
+
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Usage {
     pub prompt_tokens: u64,
@@ -152,10 +200,14 @@ impl InferenceClient {
                 Some(value)
             }
         };
+        // todod retries by its own policy (backoff, Retry-After, setting
+        // endpoints aside); an inference API never redirects.
         let http = reqwest::Client::builder()
             .connect_timeout(limits.connect_timeout)
             .tcp_keepalive(Some(Duration::from_secs(30)))
             .tcp_nodelay(true)
+            .redirect(reqwest::redirect::Policy::none())
+            .retry(reqwest::retry::never())
             .build()
             .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
         Ok(InferenceClient {
@@ -169,13 +221,29 @@ impl InferenceClient {
     /// Sends `request`, retrying as `Limits::backoff` allows, on whichever
     /// endpoint is least loaded each time.
     pub async fn complete(&self, request: &CompletionRequest) -> Result<Outcome, Failed> {
-        let body = body(request);
+        let template =
+            RequestTemplate::new(request.api, &request.model, &request.params, request.stream);
+        let input = serde_json::to_string(&request.input).expect("JSON serializes");
+        self.complete_with(&template, &input).await
+    }
+
+    /// Sends the request `template` makes of `input_json` (the messages
+    /// array or the prompt string, as JSON text).
+    pub async fn complete_with(
+        &self,
+        template: &RequestTemplate,
+        input_json: &str,
+    ) -> Result<Outcome, Failed> {
+        let body = bytes::Bytes::from(template.body(input_json));
         let started = Instant::now();
         let mut attempt = 0;
         loop {
             attempt += 1;
             let lease = self.endpoints.acquire();
-            match self.attempt(lease.url(), request, &body).await {
+            match self
+                .attempt(lease.target(template.api), template, body.clone())
+                .await
+            {
                 Ok(completion) => {
                     lease.succeeded();
                     return Ok(Outcome {
@@ -210,13 +278,16 @@ impl InferenceClient {
 
     async fn attempt(
         &self,
-        base: &str,
-        request: &CompletionRequest,
-        body: &Value,
+        url: &reqwest::Url,
+        template: &RequestTemplate,
+        body: bytes::Bytes,
     ) -> Result<Completion, Failure> {
         let deadline = tokio::time::Instant::now() + self.limits.deadline;
-        let url = endpoint_url(base, request.api);
-        let mut send = self.http.post(url).json(body);
+        let mut send = self
+            .http
+            .post(url.clone())
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(body);
         if let Some(value) = &self.authorization {
             send = send.header(reqwest::header::AUTHORIZATION, value.clone());
         }
@@ -243,16 +314,14 @@ impl InferenceClient {
                 retry_after,
             });
         }
-        if request.stream {
-            self.read_stream(response, request.api, deadline).await
+        if template.stream {
+            self.read_stream(response, template.api, deadline).await
         } else {
             let bytes = tokio::time::timeout_at(deadline, response.bytes())
                 .await
                 .map_err(|_| Failure::Timeout { which: "deadline" })?
                 .map_err(transport_failure)?;
-            let value: Value = serde_json::from_slice(&bytes)
-                .map_err(|e| Failure::Malformed(format!("body is not JSON: {e}")))?;
-            parse_whole(&value, request.api)
+            parse_whole(&bytes, template.api)
         }
     }
 
@@ -301,38 +370,6 @@ impl InferenceClient {
     }
 }
 
-/// `base` may or may not end in `/v1`.
-fn endpoint_url(base: &str, api: Api) -> String {
-    let path = match api {
-        Api::Chat => "chat/completions",
-        Api::Completions => "completions",
-    };
-    if base.ends_with("/v1") {
-        format!("{base}/{path}")
-    } else {
-        format!("{base}/v1/{path}")
-    }
-}
-
-fn body(request: &CompletionRequest) -> Value {
-    let mut body = request.params.clone();
-    body.insert("model".into(), Value::String(request.model.clone()));
-    let input = match request.api {
-        Api::Chat => "messages",
-        Api::Completions => "prompt",
-    };
-    body.insert(input.into(), request.input.clone());
-    body.insert("stream".into(), Value::Bool(request.stream));
-    if request.stream && !body.contains_key("stream_options") {
-        // Ask for the usage chunk at the end of the stream.
-        body.insert(
-            "stream_options".into(),
-            serde_json::json!({ "include_usage": true }),
-        );
-    }
-    Value::Object(body)
-}
-
 fn transport_failure(error: reqwest::Error) -> Failure {
     if error.is_timeout() {
         Failure::Timeout { which: "connect" }
@@ -362,42 +399,105 @@ fn server_message(text: &str) -> String {
     }
 }
 
-fn text_at<'a>(value: &'a Value, pointers: &[&str]) -> Option<&'a str> {
-    pointers
-        .iter()
-        .find_map(|p| value.pointer(p).and_then(Value::as_str))
+/// The parts of an answer todod reads, borrowed from its bytes where they
+/// need no unescaping. Anything else in the answer is skipped unparsed.
+mod wire {
+    use std::borrow::Cow;
+
+    use serde::Deserialize;
+    use serde_json::value::RawValue;
+
+    use super::Usage;
+
+    #[derive(Deserialize, Default)]
+    pub struct Text<'a> {
+        #[serde(borrow, default)]
+        pub content: Option<Cow<'a, str>>,
+        #[serde(borrow, default)]
+        pub reasoning_content: Option<Cow<'a, str>>,
+        #[serde(borrow, default)]
+        pub reasoning: Option<Cow<'a, str>>,
+    }
+
+    #[derive(Deserialize)]
+    pub struct Choice<'a> {
+        /// A whole answer's message.
+        #[serde(borrow, default)]
+        pub message: Option<Text<'a>>,
+        /// A stream chunk's delta.
+        #[serde(borrow, default)]
+        pub delta: Option<Text<'a>>,
+        /// Completions (both whole and streamed).
+        #[serde(borrow, default)]
+        pub text: Option<Cow<'a, str>>,
+        #[serde(borrow, default)]
+        pub finish_reason: Option<Cow<'a, str>>,
+    }
+
+    #[derive(Deserialize)]
+    pub struct Answer<'a> {
+        #[serde(borrow, default)]
+        pub model: Option<Cow<'a, str>>,
+        #[serde(borrow, default)]
+        pub choices: Option<Vec<Choice<'a>>>,
+        #[serde(default)]
+        pub usage: Option<Usage>,
+        /// An error object some servers put in a stream.
+        #[serde(borrow, default)]
+        pub error: Option<&'a RawValue>,
+    }
+
+    impl Text<'_> {
+        pub fn reasoning(&self) -> Option<&str> {
+            self.reasoning_content
+                .as_deref()
+                .or(self.reasoning.as_deref())
+        }
+    }
 }
 
-fn usage_of(value: &Value) -> Option<Usage> {
-    value
-        .get("usage")
-        .filter(|u| u.is_object())
-        .and_then(|u| serde_json::from_value(u.clone()).ok())
+/// The content and reasoning of a choice, for `api`.
+fn texts<'c>(
+    choice: &'c wire::Choice<'_>,
+    api: Api,
+    whole: bool,
+) -> (Option<&'c str>, Option<&'c str>) {
+    match api {
+        Api::Chat => {
+            let text = if whole {
+                &choice.message
+            } else {
+                &choice.delta
+            };
+            match text {
+                Some(t) => (t.content.as_deref(), t.reasoning()),
+                None => (None, None),
+            }
+        }
+        Api::Completions => (choice.text.as_deref(), None),
+    }
 }
 
 /// A non-streamed answer.
-fn parse_whole(value: &Value, api: Api) -> Result<Completion, Failure> {
-    let choice = value
-        .pointer("/choices/0")
+fn parse_whole(bytes: &[u8], api: Api) -> Result<Completion, Failure> {
+    let answer: wire::Answer = serde_json::from_slice(bytes)
+        .map_err(|e| Failure::Malformed(format!("the answer is not the JSON expected: {e}")))?;
+    let choice = answer
+        .choices
+        .as_ref()
+        .and_then(|c| c.first())
         .ok_or_else(|| Failure::Malformed("no choices in the answer".into()))?;
-    let (content, reasoning) = match api {
-        Api::Chat => (
-            text_at(choice, &["/message/content"]),
-            text_at(
-                choice,
-                &["/message/reasoning_content", "/message/reasoning"],
-            ),
-        ),
-        Api::Completions => (text_at(choice, &["/text"]), None),
-    };
-    let finish_reason = text_at(choice, &["/finish_reason"])
+    let (content, reasoning) = texts(choice, api, true);
+    let finish_reason = choice
+        .finish_reason
+        .as_deref()
         .ok_or_else(|| Failure::Incomplete("no finish_reason in the answer".into()))?;
     Ok(Completion {
         content: content.unwrap_or_default().to_string(),
         reasoning: reasoning.map(str::to_string),
         finish_reason: finish_reason.to_string(),
-        usage: usage_of(value),
-        model: text_at(value, &["/model"]).unwrap_or_default().to_string(),
+        usage: answer.usage,
+        model: answer.model.as_deref().unwrap_or_default().to_string(),
     })
 }
 
@@ -416,35 +516,29 @@ impl StreamAccumulator {
             SseEvent::Done => return Ok(true),
             SseEvent::Data(data) => data,
         };
-        let chunk: Value = serde_json::from_str(&data)
+        let chunk: wire::Answer = serde_json::from_str(&data)
             .map_err(|e| Failure::Malformed(format!("a stream chunk is not JSON: {e}")))?;
-        if let Some(error) = chunk.get("error") {
-            let message = server_message(&error.to_string());
+        if let Some(error) = chunk.error {
+            let message = server_message(error.get());
             return Err(Failure::Malformed(format!(
                 "error in the stream: {message}"
             )));
         }
         if self.completion.model.is_empty() {
-            if let Some(model) = text_at(&chunk, &["/model"]) {
+            if let Some(model) = chunk.model.as_deref() {
                 self.completion.model = model.to_string();
             }
         }
-        if let Some(usage) = usage_of(&chunk) {
+        if let Some(usage) = chunk.usage {
             self.completion.usage = Some(usage);
         }
-        if let Some(choice) = chunk.pointer("/choices/0") {
-            let (content, reasoning) = match api {
-                Api::Chat => (
-                    text_at(choice, &["/delta/content"]),
-                    text_at(choice, &["/delta/reasoning_content", "/delta/reasoning"]),
-                ),
-                Api::Completions => (text_at(choice, &["/text"]), None),
-            };
+        if let Some(choice) = chunk.choices.as_ref().and_then(|c| c.first()) {
+            let (content, reasoning) = texts(choice, api, false);
             self.completion
                 .content
                 .push_str(content.unwrap_or_default());
             self.reasoning.push_str(reasoning.unwrap_or_default());
-            if let Some(reason) = text_at(choice, &["/finish_reason"]) {
+            if let Some(reason) = choice.finish_reason.as_deref() {
                 self.finish_reason = Some(reason.to_string());
             }
         }
@@ -468,18 +562,6 @@ mod tests {
     use serde_json::json;
 
     #[test]
-    fn urls_take_a_base_with_or_without_v1() {
-        assert_eq!(
-            endpoint_url("http://h:1", Api::Chat),
-            "http://h:1/v1/chat/completions"
-        );
-        assert_eq!(
-            endpoint_url("http://h:1/v1", Api::Completions),
-            "http://h:1/v1/completions"
-        );
-    }
-
-    #[test]
     fn the_body_passes_extra_fields_through() {
         let mut params = Map::new();
         params.insert("temperature".into(), json!(0.6));
@@ -487,14 +569,10 @@ mod tests {
             "chat_template_kwargs".into(),
             json!({"enable_thinking": false}),
         );
-        let request = CompletionRequest {
-            api: Api::Chat,
-            model: "m".into(),
-            input: json!([{"role": "user", "content": "hi"}]),
-            params,
-            stream: true,
-        };
-        let body = body(&request);
+        let template = RequestTemplate::new(Api::Chat, "m", &params, true);
+        let body: Value =
+            serde_json::from_slice(&template.body(r#"[{"role": "user", "content": "hi"}]"#))
+                .unwrap();
         assert_eq!(body["chat_template_kwargs"]["enable_thinking"], false);
         assert_eq!(body["temperature"], 0.6);
         assert_eq!(body["stream_options"]["include_usage"], true);
@@ -509,14 +587,18 @@ mod tests {
                          "finish_reason": "stop"}],
             "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}
         });
-        let c = parse_whole(&answer, Api::Chat).unwrap();
+        let c = parse_whole(answer.to_string().as_bytes(), Api::Chat).unwrap();
         assert_eq!(c.content, "42");
         assert_eq!(c.reasoning.as_deref(), Some("think"));
         assert_eq!(c.usage.unwrap().total_tokens, 5);
         let missing = json!({"choices": [{"message": {"content": "x"}}]});
         assert!(matches!(
-            parse_whole(&missing, Api::Chat),
+            parse_whole(missing.to_string().as_bytes(), Api::Chat),
             Err(Failure::Incomplete(_))
+        ));
+        assert!(matches!(
+            parse_whole(b"{not json", Api::Chat),
+            Err(Failure::Malformed(_))
         ));
     }
 

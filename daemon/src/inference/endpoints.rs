@@ -2,7 +2,7 @@
 //! with the fewest requests outstanding; one that keeps failing is set aside
 //! for a while (doubling each time, up to a cap) and then probed with a single
 //! request before it gets traffic again.
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -23,8 +23,14 @@ struct Health {
 #[derive(Debug)]
 struct Endpoint {
     url: String,
+    /// The URLs of its two APIs, parsed once.
+    chat: reqwest::Url,
+    completions: reqwest::Url,
     outstanding: AtomicUsize,
     health: Mutex<Health>,
+    /// Set while `health` is not the default (failures counted, or set
+    /// aside): healthy endpoints are chosen without taking any lock.
+    troubled: AtomicBool,
 }
 
 #[derive(Debug)]
@@ -49,10 +55,23 @@ impl Endpoints {
             if !(url.starts_with("http://") || url.starts_with("https://")) {
                 return Err(format!("{url:?} is not an http:// or https:// URL"));
             }
+            // A base may or may not end in /v1.
+            let v1 = if url.ends_with("/v1") {
+                url.to_string()
+            } else {
+                format!("{url}/v1")
+            };
+            let parse = |path: &str| {
+                reqwest::Url::parse(&format!("{v1}/{path}"))
+                    .map_err(|e| format!("{url:?} is not a URL: {e}"))
+            };
             all.push(Endpoint {
+                chat: parse("chat/completions")?,
+                completions: parse("completions")?,
                 url: url.to_string(),
                 outstanding: AtomicUsize::new(0),
                 health: Mutex::new(Health::default()),
+                troubled: AtomicBool::new(false),
             });
         }
         Ok(Endpoints { all })
@@ -67,6 +86,16 @@ impl Endpoints {
     /// tie, the one failing least, so that a retry moves away from an endpoint
     /// that just failed); if all are aside, the one whose time ends first.
     fn acquire_at(&self, now: Instant) -> Lease<'_> {
+        if !self.all.iter().any(|e| e.troubled.load(Ordering::Acquire)) {
+            // The usual case: every endpoint healthy, least outstanding wins.
+            let endpoint = self
+                .all
+                .iter()
+                .min_by_key(|e| e.outstanding.load(Ordering::Relaxed))
+                .expect("there is at least one endpoint");
+            endpoint.outstanding.fetch_add(1, Ordering::Relaxed);
+            return Lease { endpoint };
+        }
         let health = |e: &Endpoint| {
             let h = e.health.lock().unwrap_or_else(|p| p.into_inner());
             (h.set_aside_until, h.consecutive_failures)
@@ -105,9 +134,21 @@ impl Lease<'_> {
         &self.endpoint.url
     }
 
+    /// Where a request of `api` goes.
+    pub fn target(&self, api: super::Api) -> &reqwest::Url {
+        match api {
+            super::Api::Chat => &self.endpoint.chat,
+            super::Api::Completions => &self.endpoint.completions,
+        }
+    }
+
     pub fn succeeded(&self) {
+        if !self.endpoint.troubled.load(Ordering::Acquire) {
+            return;
+        }
         let mut health = self.health();
         *health = Health::default();
+        self.endpoint.troubled.store(false, Ordering::Release);
     }
 
     pub fn failed(&self, failure: &Failure) {
@@ -119,6 +160,7 @@ impl Lease<'_> {
             return;
         }
         let mut health = self.health();
+        self.endpoint.troubled.store(true, Ordering::Release);
         health.consecutive_failures += 1;
         if health.consecutive_failures >= SET_ASIDE_AFTER {
             let next = if health.set_aside_for.is_zero() {
@@ -220,6 +262,29 @@ mod tests {
             e.acquire().failed(&limited);
         }
         assert!(aside(&e).iter().all(|a| !a));
+    }
+
+    #[test]
+    fn api_urls_take_a_base_with_or_without_v1() {
+        let e = Endpoints::new(&["http://h:1".into(), "http://g:2/v1/".into()]).unwrap();
+        let first = e.acquire();
+        let second = e.acquire();
+        let mut urls = vec![
+            first.target(super::super::Api::Chat).to_string(),
+            second.target(super::super::Api::Completions).to_string(),
+        ];
+        urls.sort();
+        assert!(
+            urls == [
+                "http://g:2/v1/completions",
+                "http://h:1/v1/chat/completions"
+            ] || urls
+                == [
+                    "http://g:2/v1/chat/completions",
+                    "http://h:1/v1/completions"
+                ],
+            "{urls:?}"
+        );
     }
 
     #[test]

@@ -6,6 +6,7 @@ pub mod retry;
 pub mod sse;
 
 pub use client::{
-    Api, Completion, CompletionRequest, Failed, InferenceClient, Limits, Outcome, Usage,
+    Api, Completion, CompletionRequest, Failed, InferenceClient, Limits, Outcome, RequestTemplate,
+    Usage,
 };
 pub use retry::{Backoff, Failure};

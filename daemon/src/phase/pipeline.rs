@@ -31,8 +31,11 @@ use super::RunContext;
 use crate::store::Error as StoreError;
 
 /// Records per checkpoint at most; a checkpoint also happens every second.
-pub const BATCH: usize = 256;
+/// At most this much work is done again after a crash.
+pub const BATCH: usize = 2048;
 const CHECKPOINT_EVERY: Duration = Duration::from_secs(1);
+/// Progress is reported (as an event) at most this often.
+const PROGRESS_EVERY: Duration = Duration::from_secs(1);
 /// Lines handed to a CPU worker at once.
 const CPU_BATCH: usize = 64;
 
@@ -88,6 +91,11 @@ pub struct Files<'a> {
 impl Files<'_> {
     /// Appends one JSON line to file `index`.
     pub fn line(&mut self, index: usize, value: &Value) -> io::Result<()> {
+        self.record(index, value)
+    }
+
+    /// Appends anything serializable as one JSON line to file `index`.
+    pub fn record<T: Serialize + ?Sized>(&mut self, index: usize, value: &T) -> io::Result<()> {
         let mut bytes = serde_json::to_vec(value).map_err(io::Error::other)?;
         bytes.push(b'\n');
         self.bytes(index, &bytes)?;
@@ -304,15 +312,16 @@ pub async fn run<P: RecordPhase>(
             process,
         } => {
             ordered = false;
-            let (work_tx, work_rx) = mpsc::channel::<(Line, P::Item)>(concurrency * 2);
-            let work_rx = Arc::new(tokio::sync::Mutex::new(work_rx));
+            // Many requesters take from one queue.
+            let (work_tx, work_rx) = async_channel::bounded::<(Line, P::Item)>(concurrency * 2);
             for _ in 0..concurrency {
                 let (work_rx, done_tx, process) =
                     (work_rx.clone(), done_tx.clone(), process.clone());
                 workers.spawn(async move {
                     loop {
-                        let next = work_rx.lock().await.recv().await;
-                        let Some((line, item)) = next else { return };
+                        let Ok((line, item)) = work_rx.recv().await else {
+                            return;
+                        };
                         let output = process(item).await;
                         if done_tx
                             .send((0, vec![(line, Done::Record(output))]))
@@ -324,20 +333,41 @@ pub async fn run<P: RecordPhase>(
                     }
                 });
             }
+            // The reader thread hands over lines in batches, and a task on
+            // the run's own runtime deals them out: the thread then wakes
+            // once a batch, not once a record.
+            let (batch_tx, mut batch_rx) = mpsc::channel::<Vec<(Line, P::Item)>>(4);
+            workers.spawn(async move {
+                while let Some(batch) = batch_rx.recv().await {
+                    for item in batch {
+                        if work_tx.send(item).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+            });
             let (phase, done_tx) = (phase.clone(), done_tx.clone());
             tokio::task::spawn_blocking(move || -> io::Result<()> {
+                let mut batch = Vec::with_capacity(CPU_BATCH);
                 while let Some(raw) = next_to_do(&mut reader, &cursor, lines)? {
                     let line = raw.line;
-                    let verdict = screen(&*phase, raw, &duplicates);
-                    let sent = match verdict {
-                        Ok(item) => work_tx.blocking_send((line, item)).is_ok(),
-                        Err(reason) => done_tx
-                            .blocking_send((0, vec![(line, Done::Rejected(reason))]))
-                            .is_ok(),
-                    };
-                    if !sent {
-                        break; // the run stopped
+                    match screen(&*phase, raw, &duplicates) {
+                        Ok(item) => batch.push((line, item)),
+                        Err(reason) => {
+                            let reject = (0, vec![(line, Done::Rejected(reason))]);
+                            if done_tx.blocking_send(reject).is_err() {
+                                return Ok(()); // the run stopped
+                            }
+                        }
                     }
+                    if batch.len() >= CPU_BATCH
+                        && batch_tx.blocking_send(std::mem::take(&mut batch)).is_err()
+                    {
+                        return Ok(());
+                    }
+                }
+                if !batch.is_empty() {
+                    let _ = batch_tx.blocking_send(batch);
                 }
                 Ok(())
             })
@@ -400,11 +430,12 @@ pub async fn run<P: RecordPhase>(
     let mut committer = Committer {
         run,
         progress: Progress::new(&state.cursor),
-        outputs: &mut outputs,
+        outputs: std::mem::take(&mut outputs),
         state: &mut state,
         input: &input,
         batch: 0,
         last: Instant::now(),
+        last_progress: None,
         started: Instant::now(),
         committed_at_start: 0,
     };
@@ -461,9 +492,11 @@ pub async fn run<P: RecordPhase>(
     }
     committer.state.complete = true;
     committer.batch += 1; // force the final commit even if the last batch was committed
+    committer.last_progress = None; // and report where it ended
     if !committer.checkpoint(&*phase, &stats).await? {
         return Ok(PassEnd::Stopped);
     }
+    let outputs = std::mem::take(&mut committer.outputs);
     Ok(PassEnd::Complete(Box::new(state), outputs))
 }
 
@@ -507,12 +540,14 @@ fn screen<P: RecordPhase>(
 struct Committer<'a, 'o> {
     run: &'a RunContext,
     progress: Progress,
-    outputs: &'o mut Vec<Output>,
+    outputs: Vec<Output>,
     state: &'o mut PhaseState,
     input: &'a InputState,
     /// Lines taken since the last checkpoint.
     batch: usize,
     last: Instant,
+    /// When progress was last reported; `None`: report at the next checkpoint.
+    last_progress: Option<Instant>,
     started: Instant,
     committed_at_start: u64,
 }
@@ -527,7 +562,7 @@ impl Committer<'_, '_> {
         for (line, done) in done {
             crate::failpoint::hit("pipeline.write");
             let mut files = Files {
-                outputs: self.outputs,
+                outputs: &mut self.outputs,
                 counts: &mut self.state.counts,
             };
             let written = match done {
@@ -550,7 +585,8 @@ impl Committer<'_, '_> {
     }
 
     /// fsyncs the files, then commits their lengths, the cursor and the
-    /// counters, then reports progress. False if the run lost its task.
+    /// counters (and, once a second, the progress) in one transaction.
+    /// False if the run lost its task.
     async fn checkpoint<P: RecordPhase>(
         &mut self,
         phase: &P,
@@ -559,19 +595,42 @@ impl Committer<'_, '_> {
         if self.batch == 0 {
             return Ok(true);
         }
-        // A few fsyncs a second on the async worker, like the store's commits.
-        let synced = self
-            .outputs
-            .iter_mut()
-            .map(Output::sync)
-            .collect::<io::Result<Vec<FileState>>>()
-            .map_err(|e| format!("cannot sync the output: {}", super::spec::plain_io(&e)))?;
+        // fsync off the async workers, so that requests go on meanwhile.
+        let mut outputs = std::mem::take(&mut self.outputs);
+        let (outputs, synced) = tokio::task::spawn_blocking(move || {
+            let synced = outputs
+                .iter_mut()
+                .map(Output::sync)
+                .collect::<io::Result<Vec<FileState>>>();
+            (outputs, synced)
+        })
+        .await
+        .map_err(|e| format!("syncing the output failed: {e}"))?;
+        self.outputs = outputs;
+        let synced =
+            synced.map_err(|e| format!("cannot sync the output: {}", super::spec::plain_io(&e)))?;
         let mut next = self.state.clone();
         next.files = synced.clone();
         next.cursor = self.progress.snapshot();
         next.set_stats(stats);
-        if commit(self.run, &next, None).await?.is_none() {
-            return Ok(false);
+        let report = self
+            .last_progress
+            .is_none_or(|at| at.elapsed() >= PROGRESS_EVERY);
+        let progress = report.then(|| self.progress_json(phase, stats, &next).to_string());
+        match self
+            .run
+            .store
+            .commit_phase_batch(
+                self.run.task,
+                &self.run.attempt,
+                &next.to_json(),
+                progress.as_deref(),
+            )
+            .await
+        {
+            Ok(()) => {}
+            Err(StoreError::Fenced { .. }) => return Ok(false),
+            Err(e) => return Err(format!("cannot commit the checkpoint: {e}")),
         }
         for (output, state) in self.outputs.iter_mut().zip(synced) {
             output.committed(state);
@@ -579,14 +638,24 @@ impl Committer<'_, '_> {
         *self.state = next;
         self.batch = 0;
         self.last = Instant::now();
-        let mut progress = phase.progress(stats, &self.state.counts, self.input);
-        let lines_now = self.state.cursor.committed() - self.committed_at_start;
+        if report {
+            self.last_progress = Some(Instant::now());
+        }
+        Ok(true)
+    }
+
+    /// The phase's progress, with this run's rate and the time left.
+    fn progress_json<P: RecordPhase>(
+        &self,
+        phase: &P,
+        stats: &P::Stats,
+        next: &PhaseState,
+    ) -> Value {
+        let mut progress = phase.progress(stats, &next.counts, self.input);
+        let lines_now = next.cursor.committed() - self.committed_at_start;
         let elapsed = self.started.elapsed().as_secs_f64().max(0.001);
         let rate = lines_now as f64 / elapsed;
-        let left = self
-            .input
-            .lines
-            .saturating_sub(self.state.cursor.committed()) as f64;
+        let left = self.input.lines.saturating_sub(next.cursor.committed()) as f64;
         if let Value::Object(map) = &mut progress {
             map.insert("rate_per_second".into(), json!(rate));
             map.insert(
@@ -594,18 +663,7 @@ impl Committer<'_, '_> {
                 json!(if rate > 0.0 { (left / rate) as i64 } else { 0 }),
             );
         }
-        // Progress is best effort: a failure here must not stop the run.
-        match self
-            .run
-            .store
-            .report_progress(self.run.task, &self.run.attempt, &progress.to_string())
-            .await
-        {
-            Ok(()) => {}
-            Err(StoreError::Fenced { .. }) => return Ok(false),
-            Err(error) => tracing::warn!(%error, task = %self.run.task, "cannot record progress"),
-        }
-        Ok(true)
+        progress
     }
 }
 

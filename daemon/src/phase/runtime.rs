@@ -153,22 +153,56 @@ fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
         .unwrap_or_else(|| "no message".into())
 }
 
+/// Runs the attempt on a thread of its own, with a single-threaded runtime:
+/// its requests, their connections and its committer then wake each other
+/// without crossing threads, which on a busy run is most of its CPU. The
+/// API and the store stay on the daemon's runtime. `Err` is a panic's
+/// message.
+async fn on_own_thread(kind: crate::domain::Kind, context: RunContext) -> Result<Ended, String> {
+    let (done, ended) = tokio::sync::oneshot::channel();
+    let name = format!("{kind}-{}", context.task);
+    let spawned = std::thread::Builder::new().name(name).spawn(move || {
+        let runtime = match tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        {
+            Ok(runtime) => runtime,
+            Err(e) => {
+                let _ = done.send(Ok(Ended::broke_off(format!(
+                    "cannot start the run's runtime: {e}"
+                ))));
+                return;
+            }
+        };
+        let ended = runtime
+            .block_on(std::panic::AssertUnwindSafe(registry::run(kind, context)).catch_unwind());
+        let _ = done.send(ended.map_err(|payload| panic_message(&*payload)));
+    });
+    if let Err(e) = spawned {
+        return Ok(Ended::broke_off(format!(
+            "cannot start the run's thread: {e}"
+        )));
+    }
+    ended
+        .await
+        .unwrap_or_else(|_| Err("the run's thread ended without a word".into()))
+}
+
 /// Runs one attempt and records its end. Returns the task's id once the run
 /// is over and its end recorded (or refused), so that the task can be started
 /// again.
 async fn run_one(kind: crate::domain::Kind, context: RunContext) -> TaskId {
     let id = context.task;
     tracing::info!(task = %id, %kind, attempt = %context.attempt, "phase run starts");
-    let ended = std::panic::AssertUnwindSafe(registry::run(kind, context.clone()))
-        .catch_unwind()
-        .await
-        .unwrap_or_else(|payload| {
-            let message = panic_message(&*payload);
+    let ended = match on_own_thread(kind, context.clone()).await {
+        Ok(ended) => ended,
+        Err(message) => {
             tracing::error!(task = %id, %message, "phase run panicked");
             Ended::broke_off(format!(
                 "the {kind} run crashed (a bug in todod): {message}"
             ))
-        });
+        }
+    };
     let (outcome, state) = match ended {
         Ended::Completed { result, state } => (Ok(result), state),
         Ended::Failed { error, state } => {

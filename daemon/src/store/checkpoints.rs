@@ -50,18 +50,32 @@ impl Store {
         .await
     }
 
-    /// Whether a task wrote a checkpoint in the format of todod before the
-    /// phase runtime (offsets and record ids) and none since.
-    pub async fn has_legacy_checkpoint(&self, task: TaskId) -> Result<bool, Error> {
+    /// A checkpoint in the format of todod before the phase runtime (the
+    /// committed length of each file and the ids of the records written), if
+    /// the task has one and no checkpoint since.
+    pub async fn legacy_checkpoint(
+        &self,
+        task: TaskId,
+    ) -> Result<Option<(Vec<u64>, Vec<String>)>, Error> {
         self.read(|db| {
-            Ok(db
-                .query_row(
-                    "SELECT 1 FROM phase_checkpoints c WHERE c.task_id = ?1 \
-                     AND NOT EXISTS (SELECT 1 FROM phase_state s WHERE s.task_id = ?1)",
-                    &[task.0.into()],
-                    |_| Ok(()),
-                )?
-                .is_some())
+            let offsets = db.query_row(
+                "SELECT c.offsets FROM phase_checkpoints c WHERE c.task_id = ?1 \
+                 AND NOT EXISTS (SELECT 1 FROM phase_state s WHERE s.task_id = ?1)",
+                &[task.0.into()],
+                |row| {
+                    serde_json::from_str::<Vec<u64>>(row.text(0)?)
+                        .map_err(|e| Error::Corrupt(format!("legacy checkpoint offsets: {e}")))
+                },
+            )?;
+            let Some(offsets) = offsets else {
+                return Ok(None);
+            };
+            let ids = db.query(
+                "SELECT record_id FROM phase_records WHERE task_id = ?",
+                &[task.0.into()],
+                |row| Ok(row.text(0)?.to_string()),
+            )?;
+            Ok(Some((offsets, ids)))
         })
         .await
     }
@@ -93,6 +107,28 @@ impl Store {
                 )?;
             }
             Ok(((), None))
+        })
+        .await
+    }
+
+    /// A batch's commit: the checkpoint, and the run's progress when it is
+    /// time to report it (recorded as a `progress` event), in one fenced
+    /// transaction, so that a busy run pays one fsync per batch.
+    pub async fn commit_phase_batch(
+        &self,
+        task: TaskId,
+        attempt: &str,
+        state: &str,
+        progress: Option<&str>,
+    ) -> Result<(), Error> {
+        self.write(|db| {
+            check_fence(db, task, attempt)?;
+            save_state(db, task, state)?;
+            let seq = match progress {
+                Some(progress) => Some(super::phases::save_progress(db, task, progress)?),
+                None => None,
+            };
+            Ok(((), seq))
         })
         .await
     }

@@ -52,6 +52,15 @@ pub(super) fn record(
     .ok_or_else(|| domain::Error::task_not_found(id).into())
 }
 
+/// Stores a task's progress and records it as an event; returns its seq.
+pub(super) fn save_progress(db: &mut Db, id: TaskId, progress: &str) -> Result<i64, Error> {
+    db.execute(
+        "UPDATE tasks SET progress = ?, updated_at = ? WHERE id = ?",
+        &[progress.into(), now_ms().into(), id.0.into()],
+    )?;
+    record(db, id, "progress", Some(progress), "")
+}
+
 /// The daemon run an attempt token belongs to (`RUN.N`).
 fn run_of(attempt: &str) -> &str {
     attempt.rsplit_once('.').map_or(attempt, |(run, _)| run)
@@ -141,11 +150,7 @@ impl Store {
     ) -> Result<(), Error> {
         self.write(|db| {
             check_fence(db, id, attempt)?;
-            db.execute(
-                "UPDATE tasks SET progress = ?, updated_at = ? WHERE id = ?",
-                &[progress.into(), now_ms().into(), id.0.into()],
-            )?;
-            Ok(((), Some(record(db, id, "progress", Some(progress), "")?)))
+            Ok(((), Some(save_progress(db, id, progress)?)))
         })
         .await
     }

@@ -7,6 +7,7 @@
 //! line, so that a retry of the task (after its run ended) makes a new pass
 //! that sends exactly those again: the failures file of the finished pass is
 //! kept as `<failures>.pass-N.jsonl` and is that pass's input.
+mod legacy;
 pub mod prompts;
 pub mod spec;
 
@@ -18,7 +19,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-use crate::inference::{Api, Backoff, CompletionRequest, Failed, InferenceClient, Limits, Outcome};
+use crate::inference::{Api, Backoff, Failed, InferenceClient, Limits, Outcome, RequestTemplate};
 use crate::phase::cursor::Line;
 use crate::phase::files::{Entry, Existing, FileState};
 use crate::phase::pipeline::{self, Files, PassEnd, PassPlan, Processor, RecordPhase};
@@ -107,22 +108,26 @@ impl RecordPhase for Generation {
         let prompt = answer.prompt;
         match answer.result {
             Ok(out) => {
-                let c = out.completion;
+                let c = &out.completion;
                 if let Some(usage) = &c.usage {
                     stats.tokens += usage.completion_tokens;
                     stats.prompt_tokens += usage.prompt_tokens;
                 }
                 stats.length_finishes += u64::from(c.finish_reason == "length");
                 stats.records += 1;
-                files.line(
-                    OUTPUT,
-                    &json!({
-                        "id": prompt.id, "line": prompt.line, "content": c.content,
-                        "reasoning": c.reasoning, "finish_reason": c.finish_reason,
-                        "usage": c.usage, "model": c.model, "endpoint": out.endpoint,
-                        "latency_ms": out.latency.as_millis() as u64, "attempts": out.attempts,
-                    }),
-                )
+                let record = Record {
+                    id: &prompt.id,
+                    line: prompt.line,
+                    content: &c.content,
+                    reasoning: c.reasoning.as_deref(),
+                    finish_reason: &c.finish_reason,
+                    usage: c.usage.as_ref(),
+                    model: &c.model,
+                    endpoint: &out.endpoint,
+                    latency_ms: out.latency.as_millis() as u64,
+                    attempts: out.attempts,
+                };
+                files.record(OUTPUT, &record)
             }
             Err(failed) => {
                 stats.failed += 1;
@@ -170,6 +175,21 @@ impl RecordPhase for Generation {
             "total": earlier + expected_here, "tokens": stats.tokens,
         })
     }
+}
+
+/// One line of the output file.
+#[derive(Serialize)]
+struct Record<'a> {
+    id: &'a str,
+    line: u64,
+    content: &'a str,
+    reasoning: Option<&'a str>,
+    finish_reason: &'a str,
+    usage: Option<&'a crate::inference::Usage>,
+    model: &'a str,
+    endpoint: &'a str,
+    latency_ms: u64,
+    attempts: u32,
 }
 
 /// The result a completed (or failed) generation reports.
@@ -322,9 +342,14 @@ async fn run_inner(run: &RunContext, spec: GenerationSpec) -> Result<Ended, Stri
                 .into(),
         );
     };
-    let mut state = PhaseState::load(&run.store, run.task)
-        .await?
-        .unwrap_or_default();
+    let mut state = match PhaseState::load(&run.store, run.task).await? {
+        Some(state) => state,
+        None => match legacy::convert(run, &spec).await? {
+            legacy::Legacy::None => PhaseState::default(),
+            legacy::Legacy::Converted(state) => *state,
+            legacy::Legacy::Fenced => return Ok(Ended::Stopped),
+        },
+    };
     if state.closed {
         let stats: Stats = state.stats()?;
         if stats.failed == 0 {
@@ -367,29 +392,20 @@ async fn run_inner(run: &RunContext, spec: GenerationSpec) -> Result<Ended, Stri
         return Ok(Ended::Stopped);
     };
     let client = Arc::new(client(&spec)?);
-    let request = Arc::new(RequestShape {
-        api: spec.api,
-        model: spec.model.clone(),
-        params: {
-            let mut params = spec.params.clone();
-            if let Some(max) = spec.max_tokens {
-                params.insert("max_tokens".into(), json!(max));
-            }
-            params
-        },
-        stream: spec.stream,
-    });
+    let mut params = spec.params.clone();
+    if let Some(max) = spec.max_tokens {
+        params.insert("max_tokens".into(), json!(max));
+    }
+    let template = Arc::new(RequestTemplate::new(
+        spec.api,
+        &spec.model,
+        &params,
+        spec.stream,
+    ));
     let process = Arc::new(move |prompt: prompts::Prompt| {
-        let (client, request) = (client.clone(), request.clone());
+        let (client, template) = (client.clone(), template.clone());
         Box::pin(async move {
-            let completion = CompletionRequest {
-                api: request.api,
-                model: request.model.clone(),
-                input: prompt.input.clone(),
-                params: request.params.clone(),
-                stream: request.stream,
-            };
-            let result = client.complete(&completion).await;
+            let result = client.complete_with(&template, prompt.input.get()).await;
             Answer { prompt, result }
         }) as pipeline::BoxFuture<Answer>
     });
@@ -408,14 +424,6 @@ async fn run_inner(run: &RunContext, spec: GenerationSpec) -> Result<Ended, Stri
         PassEnd::Complete(state, _) => Ok(verdict(&spec, *state)),
         PassEnd::Stopped => Ok(Ended::Stopped),
     }
-}
-
-/// What every request of a run shares.
-struct RequestShape {
-    api: Api,
-    model: String,
-    params: serde_json::Map<String, Value>,
-    stream: bool,
 }
 
 fn client(spec: &GenerationSpec) -> Result<InferenceClient, String> {

@@ -1,6 +1,11 @@
 //! Reading a prompt file line by line: each line becomes a prompt or a
 //! rejection with its line number and reason. Nothing here holds more than
 //! one line, so a file of any size streams through.
+use std::borrow::Cow;
+
+use serde::de::{DeserializeSeed, IgnoredAny, MapAccess, Visitor};
+use serde::Deserialize;
+use serde_json::value::RawValue;
 use serde_json::Value;
 
 use crate::inference::Api;
@@ -10,14 +15,15 @@ pub const MAX_LINE_BYTES: usize = 1 << 20;
 const ROLES: &[&str] = &["system", "user", "assistant", "tool", "developer"];
 
 /// One usable line.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct Prompt {
     pub id: String,
     /// Its line in the prompt file (for a retry, the line the failed prompt
     /// came from, which the failures file keeps).
     pub line: u64,
-    /// `messages` for chat, the `prompt` string for completions.
-    pub input: Value,
+    /// `messages` for chat, the `prompt` string for completions, as the JSON
+    /// text the line had: sent on without being rebuilt.
+    pub input: Box<RawValue>,
 }
 
 /// A line that cannot be used, and why.
@@ -25,6 +31,58 @@ pub struct Prompt {
 pub struct Rejected {
     pub line: u64,
     pub reason: String,
+}
+
+/// The fields of a prompt line todod reads; the rest is skipped unparsed.
+#[derive(Default)]
+struct Fields<'a> {
+    id: Option<Value>,
+    line: Option<Value>,
+    messages: Option<&'a RawValue>,
+    prompt: Option<&'a RawValue>,
+}
+
+struct FieldsSeed<'f>(&'f str);
+
+impl<'de> DeserializeSeed<'de> for FieldsSeed<'_> {
+    type Value = Fields<'de>;
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Fields<'de>, D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for FieldsSeed<'_> {
+    type Value = Fields<'de>;
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a JSON object")
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Fields<'de>, A::Error> {
+        let mut fields = Fields::default();
+        while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+            // As a JSON object reads: the last of a repeated key wins.
+            if key == self.0 {
+                fields.id = Some(map.next_value()?);
+            } else if key == "messages" {
+                fields.messages = Some(map.next_value()?);
+            } else if key == "prompt" {
+                fields.prompt = Some(map.next_value()?);
+            } else if key == "line" {
+                fields.line = Some(map.next_value()?);
+            } else {
+                map.next_value::<IgnoredAny>()?;
+            }
+        }
+        Ok(fields)
+    }
+}
+
+/// What a chat message must have.
+#[derive(Deserialize)]
+struct Message<'a> {
+    #[serde(borrow, default)]
+    role: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    content: Option<&'a RawValue>,
 }
 
 /// Parses line `line` (1-based) of a prompt file for `api`; the id comes from
@@ -42,11 +100,18 @@ pub fn parse(
     if text.trim().is_empty() {
         return Err(reject("blank line".into()));
     }
-    let value: Value = serde_json::from_str(text).map_err(|e| reject(format!("not JSON: {e}")))?;
-    let object = value
-        .as_object()
-        .ok_or_else(|| reject("not a JSON object".into()))?;
-    let id = match object.get(id_field) {
+    let mut de = serde_json::Deserializer::from_str(text);
+    let fields = FieldsSeed(id_field)
+        .deserialize(&mut de)
+        .and_then(|f| de.end().map(|()| f))
+        .map_err(|e| {
+            if e.is_data() {
+                reject("not a JSON object".into())
+            } else {
+                reject(format!("not JSON: {e}"))
+            }
+        })?;
+    let id = match &fields.id {
         None => format!("line-{line}"),
         Some(Value::String(s)) if !s.is_empty() => s.clone(),
         Some(Value::Number(n)) => n.to_string(),
@@ -58,36 +123,42 @@ pub fn parse(
     };
     let input = match api {
         Api::Chat => {
-            let messages = object
-                .get("messages")
-                .and_then(Value::as_array)
-                .filter(|m| !m.is_empty())
+            let raw = fields
+                .messages
                 .ok_or_else(|| reject("messages: expected a non-empty array".into()))?;
+            let messages: Vec<Message> = serde_json::from_str(raw.get())
+                .map_err(|_| reject("messages: expected a non-empty array".into()))?;
+            if messages.is_empty() {
+                return Err(reject("messages: expected a non-empty array".into()));
+            }
             for (i, message) in messages.iter().enumerate() {
-                let role = message.get("role").and_then(Value::as_str);
-                match role {
+                match message.role.as_deref() {
                     Some(role) if ROLES.contains(&role) => {}
                     Some(role) => {
                         return Err(reject(format!("messages[{i}].role: unknown role {role:?}")))
                     }
                     None => return Err(reject(format!("messages[{i}].role: missing"))),
                 }
-                if !message.get("content").is_some_and(Value::is_string) {
+                if !message.content.is_some_and(|c| c.get().starts_with('"')) {
                     return Err(reject(format!("messages[{i}].content: expected a string")));
                 }
             }
-            Value::Array(messages.clone())
+            raw
         }
-        Api::Completions => match object.get("prompt") {
-            Some(Value::String(prompt)) => Value::String(prompt.clone()),
+        Api::Completions => match fields.prompt {
+            Some(raw) if raw.get().starts_with('"') => raw,
             _ => return Err(reject("prompt: expected a string".into())),
         },
     };
-    let line = match object.get("line").and_then(Value::as_u64) {
+    let line = match fields.line.as_ref().and_then(Value::as_u64) {
         Some(original) if carry_line => original,
         _ => line,
     };
-    Ok(Prompt { id, line, input })
+    Ok(Prompt {
+        id,
+        line,
+        input: input.to_owned(),
+    })
 }
 
 #[cfg(test)]
@@ -112,7 +183,7 @@ mod tests {
             false,
         )
         .unwrap();
-        assert_eq!((p.id.as_str(), p.input.as_str()), ("5", Some("once")));
+        assert_eq!((p.id.as_str(), p.input.get()), ("5", "\"once\""));
     }
 
     #[test]
