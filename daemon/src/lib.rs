@@ -5,6 +5,7 @@
 //! (SQLite), [`api`] (gRPC), [`server`] (listeners and shutdown), [`config`]
 //! (where state lives). The binary in `main.rs` only wires them together.
 pub mod api;
+pub mod chat_template;
 pub mod codec;
 pub mod config;
 pub mod domain;
@@ -14,3 +15,4 @@ pub mod phase;
 pub mod proto;
 pub mod server;
 pub mod store;
+pub mod tokenizer;
