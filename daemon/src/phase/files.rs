@@ -12,7 +12,7 @@
 //! All file access goes through [`Fs`], so that tests can run the pipeline on
 //! a file layer that forgets what was not fsynced when it "crashes".
 use std::fs::{File, OpenOptions};
-use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::io::{self, Read, Write};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
@@ -471,22 +471,6 @@ impl Output {
         self.pending = self.written + self.buffer.len() as u64 - state.committed;
         self.state = state;
     }
-
-    /// Reads the whole committed content back (for phases that finish by
-    /// transforming what they wrote). Only for files that fit in memory.
-    pub fn read_committed(&self) -> io::Result<Vec<u8>> {
-        let mut buf = vec![0u8; self.state.committed as usize];
-        let mut read = 0;
-        while read < buf.len() {
-            let n = self.file.read_at(read as u64, &mut buf[read..])?;
-            if n == 0 {
-                break;
-            }
-            read += n;
-        }
-        buf.truncate(read);
-        Ok(buf)
-    }
 }
 
 /// Reads a file this phase did not create (its input), by path.
@@ -526,47 +510,171 @@ impl InputIdentity {
     }
 }
 
-/// Reads `len` bytes at `offset` of `file` (used to re-read one input line).
-pub fn read_range(file: &mut File, offset: u64, len: usize) -> io::Result<Vec<u8>> {
-    file.seek(SeekFrom::Start(offset))?;
-    let mut buf = vec![0u8; len];
-    file.read_exact(&mut buf)?;
-    Ok(buf)
+/// Writes a new file front to back through an [`OutFile`], buffered.
+pub struct SeqWriter {
+    file: Box<dyn OutFile>,
+    offset: u64,
+    buffer: Vec<u8>,
 }
 
-/// Writes `bytes` to a new file beside `path` and renames it over `path`, so
-/// that readers see the old content or the new, never a mix. For files a
-/// phase writes whole when it finishes (an index, a manifest).
-pub fn write_whole(fs: &dyn Fs, path: &Path, bytes: &[u8]) -> io::Result<()> {
-    let mut name = path.as_os_str().to_owned();
-    name.push(".todod-tmp");
-    let tmp = PathBuf::from(name);
-    if fs.stat(&tmp)? != Entry::Missing {
-        fs.remove(&tmp)?;
+impl SeqWriter {
+    pub fn new(file: Box<dyn OutFile>) -> SeqWriter {
+        SeqWriter {
+            file,
+            offset: 0,
+            buffer: Vec::with_capacity(BUFFER_BYTES),
+        }
     }
-    let mut file = fs.create_new(&tmp)?;
-    file.write_at(0, bytes)?;
-    file.sync()?;
-    drop(file);
-    fs.replace(&tmp, path)
+
+    /// Flushes and fsyncs; the file is then complete on disk.
+    pub fn finish(mut self) -> io::Result<()> {
+        self.flush()?;
+        self.file.sync()
+    }
 }
 
-/// Shared handle to a file layer.
-pub type SharedFs = Arc<dyn Fs>;
-
-/// A plain `Write` over an [`Output`]'s appends, for encoders that stream.
-pub struct Appender<'a>(pub &'a mut Output);
-
-impl Write for Appender<'_> {
+impl Write for SeqWriter {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.0.append(buf)?;
+        self.buffer.extend_from_slice(buf);
+        if self.buffer.len() >= BUFFER_BYTES {
+            self.flush()?;
+        }
         Ok(buf.len())
     }
 
     fn flush(&mut self) -> io::Result<()> {
+        if !self.buffer.is_empty() {
+            self.file.write_at(self.offset, &self.buffer)?;
+            self.offset += self.buffer.len() as u64;
+            self.buffer.clear();
+        }
         Ok(())
     }
 }
+
+/// Reads a file front to back through an [`OutFile`].
+pub struct SeqReader {
+    file: Box<dyn OutFile>,
+    offset: u64,
+    end: u64,
+}
+
+impl SeqReader {
+    /// Reads `file` up to byte `end` (a committed length).
+    pub fn new(file: Box<dyn OutFile>, end: u64) -> SeqReader {
+        SeqReader {
+            file,
+            offset: 0,
+            end,
+        }
+    }
+}
+
+impl Read for SeqReader {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let left = (self.end - self.offset).min(buf.len() as u64) as usize;
+        if left == 0 {
+            return Ok(0);
+        }
+        let n = self.file.read_at(self.offset, &mut buf[..left])?;
+        self.offset += n as u64;
+        Ok(n)
+    }
+}
+
+/// Where a phase writes a file it produces whole when it finishes: a new
+/// file beside the final path, to be published once complete.
+pub fn staging_path(path: &Path) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(".todod-tmp");
+    PathBuf::from(name)
+}
+
+/// Starts writing the staging file of `path` (removing one a dead run left).
+pub fn stage(fs: &dyn Fs, path: &Path) -> io::Result<SeqWriter> {
+    let tmp = staging_path(path);
+    match fs.stat(&tmp)? {
+        Entry::Missing => {}
+        Entry::Regular { .. } => fs.remove(&tmp)?,
+        _ => {
+            return Err(refusal(
+                &tmp,
+                "is in the way and is not a regular file; refused",
+            ))
+        }
+    }
+    Ok(SeqWriter::new(fs.create_new(&tmp)?))
+}
+
+/// Whether two files hold the same bytes.
+fn same_content(fs: &dyn Fs, a: &Path, b: &Path) -> io::Result<bool> {
+    let (fa, fb) = (fs.open_existing(a)?, fs.open_existing(b)?);
+    let len = fa.len()?;
+    if len != fb.len()? {
+        return Ok(false);
+    }
+    let (mut ra, mut rb) = (SeqReader::new(fa, len), SeqReader::new(fb, len));
+    let (mut ba, mut bb) = (vec![0u8; 1 << 16], vec![0u8; 1 << 16]);
+    loop {
+        let n = ra.read(&mut ba)?;
+        if n == 0 {
+            return Ok(true);
+        }
+        rb.read_exact(&mut bb[..n])?;
+        if ba[..n] != bb[..n] {
+            return Ok(false);
+        }
+    }
+}
+
+/// Puts the staged file of `path` in place. Without `replace`, a file already
+/// at `path` is left alone unless it holds exactly these bytes (what an
+/// earlier, interrupted finish of the same phase published: phases that
+/// publish are deterministic), and the staged file is dropped.
+pub fn publish(fs: &dyn Fs, path: &Path, replace: bool) -> io::Result<()> {
+    let tmp = staging_path(path);
+    if replace {
+        return match fs.stat(path)? {
+            Entry::Missing | Entry::Regular { .. } => fs.replace(&tmp, path),
+            Entry::Symlink => Err(refusal(path, "is a symbolic link; refused")),
+            Entry::Other => Err(refusal(path, "is not a regular file; refused")),
+        };
+    }
+    match fs.rename_new(&tmp, path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+            if matches!(fs.stat(path)?, Entry::Regular { .. }) && same_content(fs, &tmp, path)? {
+                fs.remove(&tmp)
+            } else {
+                Err(refusal(
+                    path,
+                    "appeared while the phase was finishing and is not what it writes; not \
+                     touched (remove it, or set \"overwrite\": true, and retry)",
+                ))
+            }
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// sha256 (hex) of a whole file.
+pub fn sha256_of(fs: &dyn Fs, path: &Path) -> io::Result<String> {
+    let file = fs.open_existing(path)?;
+    let len = file.len()?;
+    let mut reader = SeqReader::new(file, len);
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; 1 << 16];
+    loop {
+        let n = reader.read(&mut buf)?;
+        if n == 0 {
+            return Ok(hex(&hasher.finalize()));
+        }
+        hasher.update(&buf[..n]);
+    }
+}
+
+/// Shared handle to a file layer.
+pub type SharedFs = Arc<dyn Fs>;
 
 #[cfg(test)]
 mod tests {

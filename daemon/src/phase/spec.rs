@@ -234,6 +234,26 @@ pub fn input_file(name: &str, path: &Path, bounds: &Boundaries) -> Result<PathBu
     Ok(canonical)
 }
 
+/// An input directory (a model's tokenizer files): absolute, there, a
+/// directory, and where the operator allows. Returns its canonical path.
+pub fn input_dir(name: &str, path: &Path, bounds: &Boundaries) -> Result<PathBuf, Error> {
+    absolute(name, path)?;
+    let canonical = std::fs::canonicalize(path).map_err(|e| {
+        Error::invalid(
+            field(name),
+            format!("{} cannot be read: {}", path.display(), plain_io(&e)),
+        )
+    })?;
+    bounds.check_place(&field(name), &canonical)?;
+    if !canonical.is_dir() {
+        return Err(Error::invalid(
+            field(name),
+            format!("{} is not a directory", path.display()),
+        ));
+    }
+    Ok(canonical)
+}
+
 /// An output file the task will create: absolute, in an existing directory,
 /// where the operator allows, and free: nothing there unless `overwrite`,
 /// and even then only a regular file. Returns the claim on its path.

@@ -21,6 +21,7 @@ pub const OUTPUT_FIELDS: &[&str] = &[
     "params",
     "max_tokens",
     "id_field",
+    "keep_prompt",
 ];
 
 /// `concurrency`: a number, or "auto" (the level a feasibility dependency chose).
@@ -77,6 +78,8 @@ struct Raw {
     overwrite: Option<bool>,
     #[serde(default)]
     max_failed_share: Option<f64>,
+    #[serde(default)]
+    keep_prompt: Option<bool>,
 }
 
 /// A checked generation spec.
@@ -105,6 +108,8 @@ pub struct GenerationSpec {
     pub overwrite: bool,
     /// The run fails when more than this share of its prompts failed.
     pub max_failed_share: f64,
+    /// Each output record carries its prompt (`messages` or `prompt`).
+    pub keep_prompt: bool,
 }
 
 /// What checking a spec gives the registry.
@@ -264,5 +269,6 @@ fn typed(raw: Raw) -> Result<GenerationSpec, Error> {
         )? as u64,
         overwrite: raw.overwrite.unwrap_or(false),
         max_failed_share: check::share("max_failed_share", raw.max_failed_share.unwrap_or(0.01))?,
+        keep_prompt: raw.keep_prompt.unwrap_or(true),
     })
 }

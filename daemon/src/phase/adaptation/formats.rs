@@ -1,0 +1,343 @@
+//! The shapes prompt sets arrive in, read into one: an id and a list of
+//! messages. Plain logic, no I/O.
+//!
+//! - OpenAI messages: `{id, messages: [{role, content}]}`
+//! - OpenAI Batch API request lines: `{custom_id, method, url, body: {messages | prompt}}`
+//! - ShareGPT: `{id?, conversations: [{from: system|human|gpt|..., value}]}`
+//! - Alpaca: `{instruction, input, output}`
+//! - a plain prompt: `{id?, prompt}`
+//! - text already rendered with a chat template: `{id, text}` (see `rendered`)
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use sha2::{Digest, Sha256};
+
+use super::rendered::{self, Family};
+
+/// Which shape a line had.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, Hash)]
+#[serde(rename_all = "snake_case")]
+pub enum Format {
+    Openai,
+    Batch,
+    Sharegpt,
+    Alpaca,
+    Prompt,
+    Rendered,
+}
+
+impl Format {
+    pub fn name(self) -> &'static str {
+        match self {
+            Format::Openai => "openai",
+            Format::Batch => "batch",
+            Format::Sharegpt => "sharegpt",
+            Format::Alpaca => "alpaca",
+            Format::Prompt => "prompt",
+            Format::Rendered => "rendered",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Message {
+    pub role: String,
+    pub content: String,
+}
+
+/// One prompt, whatever shape it came in.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Conversation {
+    pub id: String,
+    pub format: Format,
+    pub messages: Vec<Message>,
+}
+
+/// How lines are read: the format (or detected per line), how unknown
+/// ShareGPT roles map, and which template family rendered text comes from.
+#[derive(Debug, Clone, Default)]
+pub struct Reading {
+    pub format: Option<Format>,
+    pub role_map: BTreeMap<String, String>,
+    pub family: Option<Family>,
+}
+
+/// The roles a conversation may hold once read.
+pub const ROLES: &[&str] = &["system", "user", "assistant", "tool", "developer"];
+
+/// A stable id for a line that has none: the first 16 hex digits of its
+/// sha256, so that the same line gets the same id in any file, and an
+/// identical line is found as a duplicate.
+pub fn derived_id(bytes: &[u8]) -> String {
+    let digest = Sha256::digest(bytes);
+    format!("h{}", &crate::phase::files::hex(&digest)[..16])
+}
+
+/// The format of a parsed line, from its fields.
+pub fn detect(object: &Map<String, Value>) -> Option<Format> {
+    if object.contains_key("custom_id") && object.contains_key("body") {
+        Some(Format::Batch)
+    } else if object.contains_key("conversations") {
+        Some(Format::Sharegpt)
+    } else if object.contains_key("instruction") {
+        Some(Format::Alpaca)
+    } else if object.contains_key("messages") {
+        Some(Format::Openai)
+    } else if object.contains_key("text") {
+        Some(Format::Rendered)
+    } else if object.contains_key("prompt") {
+        Some(Format::Prompt)
+    } else {
+        None
+    }
+}
+
+/// The id of a line as the format names it, for finding duplicates before
+/// the pass starts.
+pub fn line_id(bytes: &[u8], reading: &Reading) -> Option<String> {
+    let value: Value = serde_json::from_slice(bytes).ok()?;
+    let object = value.as_object()?;
+    let format = reading.format.or_else(|| detect(object))?;
+    id_of(object, format, bytes).ok()
+}
+
+fn id_of(object: &Map<String, Value>, format: Format, bytes: &[u8]) -> Result<String, String> {
+    let key = if format == Format::Batch {
+        "custom_id"
+    } else {
+        "id"
+    };
+    match object.get(key) {
+        None if format == Format::Batch => Err("custom_id: missing".into()),
+        None => Ok(derived_id(bytes)),
+        Some(v) => crate::phase::lines::id_text(v)
+            .ok_or_else(|| format!("{key} is {v}, not a string or number")),
+    }
+}
+
+fn string(value: &Value, field: &str) -> Result<String, String> {
+    value
+        .as_str()
+        .map(str::to_string)
+        .ok_or_else(|| format!("{field}: expected a string"))
+}
+
+fn chat_messages(value: Option<&Value>, field: &str) -> Result<Vec<Message>, String> {
+    let list = value
+        .and_then(Value::as_array)
+        .filter(|m| !m.is_empty())
+        .ok_or_else(|| format!("{field}: expected a non-empty array of messages"))?;
+    list.iter()
+        .enumerate()
+        .map(|(i, m)| {
+            let role = m
+                .get("role")
+                .ok_or_else(|| format!("{field}[{i}].role: missing"))?;
+            let content = m
+                .get("content")
+                .ok_or_else(|| format!("{field}[{i}].content: missing"))?;
+            Ok(Message {
+                role: string(role, &format!("{field}[{i}].role"))?,
+                content: string(content, &format!("{field}[{i}].content"))?,
+            })
+        })
+        .collect()
+}
+
+/// ShareGPT's speaker names, as the common converters map them.
+fn sharegpt_role(from: &str, map: &BTreeMap<String, String>) -> Option<String> {
+    if let Some(to) = map.get(from) {
+        return Some(to.clone());
+    }
+    match from {
+        "system" => Some("system"),
+        "human" | "user" => Some("user"),
+        "gpt" | "assistant" | "chatgpt" | "bing" | "bard" => Some("assistant"),
+        "tool" | "function" | "observation" => Some("tool"),
+        _ => None,
+    }
+    .map(str::to_string)
+}
+
+/// Reads one line into a conversation, or why not.
+pub fn read(bytes: &[u8], reading: &Reading) -> Result<Conversation, String> {
+    let text = std::str::from_utf8(bytes).map_err(|_| "not valid UTF-8".to_string())?;
+    if text.trim().is_empty() {
+        return Err("blank line".into());
+    }
+    let value: Value = serde_json::from_str(text).map_err(|e| format!("not JSON: {e}"))?;
+    let Value::Object(object) = value else {
+        return Err("not a JSON object".into());
+    };
+    let format =
+        match reading.format.or_else(|| detect(&object)) {
+            Some(f) => f,
+            None => return Err(
+                "no messages, conversations, instruction, custom_id/body, prompt or text: not a \
+                 prompt set format todod reads"
+                    .into(),
+            ),
+        };
+    let id = id_of(&object, format, bytes)?;
+    let messages = match format {
+        Format::Openai => chat_messages(object.get("messages"), "messages")?,
+        Format::Batch => {
+            let body = object.get("body").ok_or("body: missing")?;
+            if let Some(messages) = body.get("messages") {
+                chat_messages(Some(messages), "body.messages")?
+            } else if let Some(prompt) = body.get("prompt") {
+                vec![Message {
+                    role: "user".into(),
+                    content: string(prompt, "body.prompt")?,
+                }]
+            } else {
+                return Err("body: no messages or prompt".into());
+            }
+        }
+        Format::Sharegpt => {
+            let turns = object
+                .get("conversations")
+                .and_then(Value::as_array)
+                .filter(|t| !t.is_empty())
+                .ok_or("conversations: expected a non-empty array of turns")?;
+            turns
+                .iter()
+                .enumerate()
+                .map(|(i, t)| {
+                    let from = string(
+                        t.get("from").unwrap_or(&Value::Null),
+                        &format!("conversations[{i}].from"),
+                    )?;
+                    let role = sharegpt_role(&from, &reading.role_map).ok_or_else(|| {
+                        format!(
+                            "conversations[{i}].from: unknown role {from:?} (map it with role_map)"
+                        )
+                    })?;
+                    Ok(Message {
+                        role,
+                        content: string(
+                            t.get("value").unwrap_or(&Value::Null),
+                            &format!("conversations[{i}].value"),
+                        )?,
+                    })
+                })
+                .collect::<Result<Vec<_>, String>>()?
+        }
+        Format::Alpaca => {
+            let instruction = string(
+                object.get("instruction").unwrap_or(&Value::Null),
+                "instruction",
+            )?;
+            let input = match object.get("input") {
+                None | Some(Value::Null) => String::new(),
+                Some(v) => string(v, "input")?,
+            };
+            // As the Alpaca recipe joins them: the instruction, then the input.
+            let content = if input.trim().is_empty() {
+                instruction
+            } else {
+                format!("{instruction}\n\n{input}")
+            };
+            vec![Message {
+                role: "user".into(),
+                content,
+            }]
+        }
+        Format::Prompt => vec![Message {
+            role: "user".into(),
+            content: string(object.get("prompt").unwrap_or(&Value::Null), "prompt")?,
+        }],
+        Format::Rendered => {
+            let text = string(object.get("text").unwrap_or(&Value::Null), "text")?;
+            let family = reading
+                .family
+                .or_else(|| rendered::detect(&text))
+                .ok_or("text: not rendered with a chat template todod can read back (ChatML, Llama 3, Mistral [INST])")?;
+            rendered::parse(&text, family)?
+        }
+    };
+    for (i, m) in messages.iter().enumerate() {
+        if !ROLES.contains(&m.role.as_str()) {
+            return Err(format!("messages[{i}].role: unknown role {:?}", m.role));
+        }
+        if m.content.trim().is_empty() {
+            return Err(format!("messages[{i}].content: empty"));
+        }
+    }
+    Ok(Conversation {
+        id,
+        format,
+        messages,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read_str(line: &str) -> Result<Conversation, String> {
+        read(line.as_bytes(), &Reading::default())
+    }
+
+    #[test]
+    fn every_format_reads_into_messages() {
+        let want = vec![Message {
+            role: "user".into(),
+            content: "hi".into(),
+        }];
+        let openai =
+            read_str(r#"{"id": "a", "messages": [{"role": "user", "content": "hi"}]}"#).unwrap();
+        assert_eq!(
+            (openai.id.as_str(), openai.format, &openai.messages),
+            ("a", Format::Openai, &want)
+        );
+        let batch = read_str(r#"{"custom_id": "b", "method": "POST", "url": "/v1/chat/completions", "body": {"model": "m", "messages": [{"role": "user", "content": "hi"}]}}"#).unwrap();
+        assert_eq!((batch.id.as_str(), batch.format), ("b", Format::Batch));
+        let share = read_str(r#"{"id": "c", "conversations": [{"from": "human", "value": "hi"}]}"#)
+            .unwrap();
+        assert_eq!(share.messages, want);
+        let alpaca = read_str(r#"{"instruction": "Sum", "input": "1 2", "output": "3"}"#).unwrap();
+        assert_eq!(alpaca.messages[0].content, "Sum\n\n1 2");
+        assert!(alpaca.id.starts_with('h') && alpaca.id.len() == 17);
+        let prompt = read_str(r#"{"prompt": "hi"}"#).unwrap();
+        assert_eq!(prompt.messages, want);
+    }
+
+    #[test]
+    fn bad_lines_say_why() {
+        for (line, words) in [
+            ("", "blank"),
+            ("{oops", "not JSON"),
+            ("[1]", "not a JSON object"),
+            (r#"{"id": "x", "weird": 1}"#, "not a prompt set format"),
+            (
+                r#"{"id": "x", "conversations": [{"from": "wizard", "value": "hi"}]}"#,
+                "unknown role",
+            ),
+            (
+                r#"{"id": "x", "messages": [{"role": "user", "content": "  "}]}"#,
+                "empty",
+            ),
+            (
+                r#"{"id": "x", "messages": [{"role": "user", "content": 5}]}"#,
+                "expected a string",
+            ),
+            (
+                r#"{"id": null, "messages": [{"role": "user", "content": "x"}]}"#,
+                "not a string or number",
+            ),
+        ] {
+            let err = read_str(line).unwrap_err();
+            assert!(err.contains(words), "{line:?}: {err}");
+        }
+        let mut reading = Reading::default();
+        reading.role_map.insert("wizard".into(), "assistant".into());
+        let ok = read(
+            br#"{"id": "x", "conversations": [{"from": "human", "value": "a"}, {"from": "wizard", "value": "b"}]}"#,
+            &reading,
+        )
+        .unwrap();
+        assert_eq!(ok.messages[1].role, "assistant");
+    }
+}

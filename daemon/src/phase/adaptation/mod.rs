@@ -1,0 +1,485 @@
+//! The prompt-adaptation phase: a prompt set made for one model (in any of
+//! the shapes prompt sets arrive in) turned into the prompts another model
+//! needs: messages for a chat API, Batch API lines, or text rendered with the
+//! target's own chat template exactly as Hugging Face transformers renders
+//! it. What cannot work is refused line by line, with the reason, before any
+//! GPU time is spent; a rejected share over the spec's limit fails the phase,
+//! so the pipeline stops before generation.
+//!
+//! It stands on the record pipeline with CPU processing: its output keeps the
+//! input's order and is byte-identical however often the run is killed.
+pub mod formats;
+pub mod rendered;
+pub mod spec;
+
+use std::collections::BTreeMap;
+use std::io;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Map, Value};
+
+use crate::chat_template::{ChatTemplate, Clock, RenderInput};
+use crate::phase::cursor::Line;
+use crate::phase::files::Existing;
+use crate::phase::pipeline::{self, Files, PassEnd, PassPlan, Processor, RecordPhase};
+use crate::phase::state::{InputState, PassCounts, PhaseState};
+use crate::phase::{Ended, RunContext};
+use crate::tokenizer::Tokenizer;
+use formats::{Conversation, Message, Reading};
+pub use spec::AdaptationSpec;
+use spec::{OutputFormat, SystemPrompt, TrailingAssistant};
+
+const OUTPUT: usize = 0;
+const REJECTS: usize = 1;
+
+/// What the system prompts of the set came to.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SystemCounts {
+    pub kept: u64,
+    pub dropped: u64,
+    pub folded: u64,
+    pub replaced: u64,
+}
+
+/// Counters of an adaptation.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Stats {
+    pub records: u64,
+    pub rejected: u64,
+    /// Lines read, by input format.
+    pub formats: BTreeMap<String, u64>,
+    /// Messages written, by role.
+    pub roles: BTreeMap<String, u64>,
+    pub system: SystemCounts,
+    pub trailing_dropped: u64,
+    pub trailing_prefilled: u64,
+    /// Prompts by length in the target's tokens (when it has a tokenizer).
+    pub lengths: BTreeMap<u64, u64>,
+}
+
+impl Stats {
+    /// The length at quantile `q` (0..=1) of the prompts measured.
+    fn quantile(&self, q: f64) -> Option<u64> {
+        let total: u64 = self.lengths.values().sum();
+        if total == 0 {
+            return None;
+        }
+        let rank = ((total as f64 * q).ceil() as u64).clamp(1, total);
+        let mut seen = 0;
+        for (&len, &n) in &self.lengths {
+            seen += n;
+            if seen >= rank {
+                return Some(len);
+            }
+        }
+        self.lengths.keys().next_back().copied()
+    }
+}
+
+/// One prompt as written, and what it did to the counters.
+pub struct Adapted {
+    line: Value,
+    format: formats::Format,
+    roles: Vec<String>,
+    system: Option<&'static str>,
+    trailing: Option<&'static str>,
+    tokens: Option<u64>,
+}
+
+/// How the pass was set up, fixed for its resumes.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+struct Setup {
+    now: i64,
+    template: Option<String>,
+}
+
+struct Adaptation {
+    spec: AdaptationSpec,
+    reading: Reading,
+    template: Option<ChatTemplate>,
+    variables: Map<String, Value>,
+    now: Clock,
+    tokenizer: Option<Arc<dyn Tokenizer>>,
+    /// Whether the target template renders a system message.
+    takes_system: bool,
+}
+
+impl Adaptation {
+    fn render(&self, messages: &[Message], add_generation_prompt: bool) -> Result<String, String> {
+        let template = self.template.as_ref().expect("checked by the caller");
+        let messages = serde_json::to_value(messages).expect("messages serialize");
+        template
+            .render(&RenderInput {
+                messages: &messages,
+                tools: None,
+                documents: None,
+                add_generation_prompt,
+                variables: &self.variables,
+                now: self.now,
+            })
+            .map_err(|e| format!("the target's chat template refuses it: {e}"))
+    }
+
+    fn adapt(&self, conversation: Conversation) -> Result<Adapted, String> {
+        let Conversation {
+            id,
+            format,
+            mut messages,
+        } = conversation;
+        let mut trailing = None;
+        if messages.last().is_some_and(|m| m.role == "assistant") {
+            match self.spec.trailing_assistant {
+                TrailingAssistant::Drop => {
+                    messages.pop();
+                    trailing = Some("dropped");
+                }
+                TrailingAssistant::Prefill => trailing = Some("prefilled"),
+            }
+        }
+        let mut system = None;
+        let policy = match &self.spec.system_prompt {
+            SystemPrompt::Auto if self.takes_system => &SystemPrompt::Keep,
+            SystemPrompt::Auto => &SystemPrompt::Fold,
+            other => other,
+        };
+        let has_system = messages.first().is_some_and(|m| m.role == "system");
+        match policy {
+            SystemPrompt::Keep if has_system => system = Some("kept"),
+            SystemPrompt::Drop if has_system => {
+                messages.remove(0);
+                system = Some("dropped");
+            }
+            SystemPrompt::Replace { text } => {
+                let replacement = Message {
+                    role: "system".into(),
+                    content: text.clone(),
+                };
+                if has_system {
+                    messages[0] = replacement;
+                } else {
+                    messages.insert(0, replacement);
+                }
+                system = Some("replaced");
+            }
+            SystemPrompt::Fold if has_system => {
+                let folded = messages.remove(0);
+                let user = messages
+                    .iter_mut()
+                    .find(|m| m.role == "user")
+                    .ok_or("a system prompt to fold, and no user turn to fold it into")?;
+                user.content = format!("{}\n\n{}", folded.content, user.content);
+                system = Some("folded");
+            }
+            _ => {}
+        }
+        if messages.iter().skip(1).any(|m| m.role == "system") {
+            return Err("a system message after the first turn".into());
+        }
+        if !messages.iter().any(|m| m.role == "user") {
+            return Err("no user turn left to prompt with".into());
+        }
+        let prefill = trailing == Some("prefilled");
+        let rendered = match &self.template {
+            None => None,
+            Some(_) => {
+                let text = self.render(&messages, self.spec.add_generation_prompt && !prefill)?;
+                Some(if prefill {
+                    continue_final(&text, &messages)?
+                } else {
+                    text
+                })
+            }
+        };
+        let tokens = match (&self.tokenizer, &rendered) {
+            (Some(tokenizer), Some(text)) => Some(
+                tokenizer
+                    .encode(text, false)
+                    .map_err(|e| format!("the target's tokenizer refuses it: {e}"))?
+                    .ids
+                    .len() as u64,
+            ),
+            _ => None,
+        };
+        if let (Some(max), Some(n)) = (self.spec.max_prompt_tokens, tokens) {
+            if n as usize > max {
+                return Err(format!(
+                    "over the token limit: {n} tokens of the target's tokenizer, at most {max}"
+                ));
+            }
+        }
+        let roles = messages.iter().map(|m| m.role.clone()).collect();
+        let line = match self.spec.output_format {
+            OutputFormat::Messages => json!({"id": id, "messages": messages}),
+            OutputFormat::Batch => {
+                let batch = self.spec.batch.as_ref().expect("checked at creation");
+                let mut body = batch.params.clone();
+                body.insert("model".into(), json!(batch.model));
+                body.insert("messages".into(), json!(messages));
+                json!({"custom_id": id, "method": "POST", "url": batch.url, "body": body})
+            }
+            OutputFormat::Rendered => json!({"id": id, "prompt": rendered}),
+        };
+        Ok(Adapted {
+            line,
+            format,
+            roles,
+            system,
+            trailing,
+            tokens,
+        })
+    }
+}
+
+/// A rendering cut right after the final message's content, as
+/// transformers' `continue_final_message` does: the answer starts there.
+fn continue_final(text: &str, messages: &[Message]) -> Result<String, String> {
+    let last = messages.last().map(|m| m.content.trim()).unwrap_or("");
+    match text.rfind(last) {
+        Some(at) if !last.is_empty() => Ok(text[..at + last.len()].to_string()),
+        _ => Err("the prefilled answer does not appear in the rendered prompt".into()),
+    }
+}
+
+impl RecordPhase for Adaptation {
+    type Item = Conversation;
+    type Output = Result<Adapted, String>;
+    type Stats = Stats;
+
+    fn record_id(&self, line: &[u8]) -> Option<String> {
+        formats::line_id(line, &self.reading)
+    }
+
+    fn parse(&self, bytes: &[u8], _number: u64) -> Result<Conversation, String> {
+        formats::read(bytes, &self.reading)
+    }
+
+    fn write(
+        &self,
+        line: Line,
+        output: Result<Adapted, String>,
+        files: &mut Files<'_>,
+        stats: &mut Stats,
+    ) -> io::Result<()> {
+        match output {
+            Ok(adapted) => {
+                stats.records += 1;
+                *stats
+                    .formats
+                    .entry(adapted.format.name().to_string())
+                    .or_default() += 1;
+                for role in adapted.roles {
+                    *stats.roles.entry(role).or_default() += 1;
+                }
+                match adapted.system {
+                    Some("kept") => stats.system.kept += 1,
+                    Some("dropped") => stats.system.dropped += 1,
+                    Some("folded") => stats.system.folded += 1,
+                    Some("replaced") => stats.system.replaced += 1,
+                    _ => {}
+                }
+                match adapted.trailing {
+                    Some("dropped") => stats.trailing_dropped += 1,
+                    Some("prefilled") => stats.trailing_prefilled += 1,
+                    _ => {}
+                }
+                if let Some(n) = adapted.tokens {
+                    *stats.lengths.entry(n).or_default() += 1;
+                }
+                files.line(OUTPUT, &adapted.line)
+            }
+            Err(reason) => {
+                stats.rejected += 1;
+                pipeline::reject_line(files, REJECTS, line, None, &reason)
+            }
+        }
+    }
+
+    fn reject(
+        &self,
+        line: Line,
+        reason: &str,
+        files: &mut Files<'_>,
+        stats: &mut Stats,
+    ) -> io::Result<()> {
+        stats.rejected += 1;
+        pipeline::reject_line(files, REJECTS, line, None, reason)
+    }
+
+    fn progress(&self, stats: &Stats, _pass: &PassCounts, input: &InputState) -> Value {
+        json!({
+            "done": stats.records, "failed": 0, "rejected": stats.rejected,
+            "total": input.lines.saturating_sub(stats.rejected),
+        })
+    }
+}
+
+/// Loads the template, variables and tokenizer, and probes whether the
+/// template takes a system message.
+fn prepare(spec: &AdaptationSpec, now: i64) -> Result<Adaptation, String> {
+    let config = match &spec.target {
+        Some(dir) => crate::phase::model::config(dir)?,
+        None => None,
+    };
+    let template = if spec.target.is_some() || spec.chat_template.is_some() {
+        Some(crate::phase::model::template(
+            spec.target.as_deref(),
+            spec.chat_template.as_deref(),
+            spec.template_name.as_deref(),
+        )?)
+    } else {
+        None
+    };
+    let tokenizer = match &spec.target {
+        Some(dir) if crate::tokenizer::has_tokenizer(dir) => Some(
+            crate::tokenizer::load_dir(dir)
+                .map_err(|e| format!("cannot load the tokenizer in {}: {e}", dir.display()))?
+                .tokenizer,
+        ),
+        _ => None,
+    };
+    let mut adaptation = Adaptation {
+        reading: Reading {
+            format: spec.input_format,
+            role_map: spec.role_map.clone(),
+            family: spec.rendered_family,
+        },
+        variables: crate::phase::model::variables(config.as_ref(), &spec.template_variables),
+        template,
+        now: Clock::at_unix(now),
+        tokenizer,
+        takes_system: true,
+        spec: spec.clone(),
+    };
+    if adaptation.template.is_some() {
+        const PROBE: &str = "todod-system-probe";
+        let probe = [
+            Message {
+                role: "system".into(),
+                content: PROBE.into(),
+            },
+            Message {
+                role: "user".into(),
+                content: "hello".into(),
+            },
+        ];
+        adaptation.takes_system = adaptation
+            .render(&probe, true)
+            .is_ok_and(|text| text.contains(PROBE));
+    }
+    Ok(adaptation)
+}
+
+fn verdict(spec: &AdaptationSpec, mut state: PhaseState, template: Option<&str>) -> Ended {
+    let stats: Stats = match state.stats() {
+        Ok(s) => s,
+        Err(e) => return Ended::broke_off(e),
+    };
+    state.closed = true;
+    let lines = state.input.as_ref().map_or(0, |i| i.lines);
+    let share = if lines == 0 {
+        0.0
+    } else {
+        stats.rejected as f64 / lines as f64
+    };
+    if stats.records == 0 {
+        return Ended::Failed {
+            error: format!(
+                "no prompt was adapted: all {lines} lines were rejected (see {})",
+                spec.rejects.display()
+            ),
+            state: Some(state),
+        };
+    }
+    if share > spec.max_rejected_share {
+        return Ended::Failed {
+            error: format!(
+                "{} of {lines} lines were rejected ({:.1}%, over the limit of {}%); the reasons \
+                 are in {}",
+                stats.rejected,
+                share * 100.0,
+                spec.max_rejected_share * 100.0,
+                spec.rejects.display()
+            ),
+            state: Some(state),
+        };
+    }
+    let lengths = if stats.lengths.is_empty() {
+        Value::Null
+    } else {
+        json!({"p50": stats.quantile(0.5), "p99": stats.quantile(0.99),
+               "max": stats.lengths.keys().next_back()})
+    };
+    let result = json!({
+        "records": stats.records, "rejected": stats.rejected,
+        "formats": stats.formats, "roles": stats.roles, "system_prompts": stats.system,
+        "trailing_assistant": {"dropped": stats.trailing_dropped, "prefilled": stats.trailing_prefilled},
+        "prompt_tokens": lengths, "template_sha256": template,
+        "output": spec.output, "rejects": spec.rejects,
+    });
+    Ended::Completed {
+        result: result.to_string(),
+        state: Some(state),
+    }
+}
+
+pub async fn run(run: RunContext, spec: AdaptationSpec) -> Ended {
+    match run_inner(&run, spec).await {
+        Ok(ended) => ended,
+        Err(error) => Ended::broke_off(error),
+    }
+}
+
+async fn run_inner(run: &RunContext, spec: AdaptationSpec) -> Result<Ended, String> {
+    let mut state = PhaseState::load(&run.store, run.task)
+        .await?
+        .unwrap_or_default();
+    let mut setup: Setup = serde_json::from_value(state.setup.clone()).unwrap_or_default();
+    if state.closed {
+        return Ok(verdict(&spec, state, setup.template.as_deref()));
+    }
+    if state.input.is_none() {
+        setup.now = spec.now.unwrap_or(crate::store::now_ms() / 1000);
+    }
+    let (spec2, now) = (spec.clone(), setup.now);
+    let phase = tokio::task::spawn_blocking(move || prepare(&spec2, now))
+        .await
+        .map_err(|e| format!("loading the target model failed: {e}"))??;
+    let template = phase.template.as_ref().map(|t| t.sha256().to_string());
+    if state.input.is_none() {
+        setup.template = template.clone();
+        state.setup = json!(setup);
+    } else if setup.template != template {
+        return Err(format!(
+            "the target's chat template changed since this pass started (sha256 {} then, {} \
+             now); its output would no longer be one adaptation. Restore it, or start a new task",
+            setup.template.as_deref().unwrap_or("none"),
+            template.as_deref().unwrap_or("none")
+        ));
+    }
+    let phase = Arc::new(phase);
+    if !state.complete {
+        let plan = PassPlan {
+            input: spec.input.clone(),
+            files: vec![spec.output.clone(), spec.rejects.clone()],
+            existing: if spec.overwrite {
+                Existing::Replace
+            } else {
+                Existing::Refuse
+            },
+        };
+        let Some((opened, outputs)) = pipeline::open(run, &phase, state, &plan).await? else {
+            return Ok(Ended::Stopped);
+        };
+        let worker = phase.clone();
+        let processor = Processor::Cpu {
+            threads: spec.threads,
+            process: Arc::new(move |c: Conversation| worker.adapt(c)),
+        };
+        state = match pipeline::run(run, phase, opened, outputs, processor).await? {
+            PassEnd::Complete(state, _) => *state,
+            PassEnd::Stopped => return Ok(Ended::Stopped),
+        };
+    }
+    Ok(verdict(&spec, state, template.as_deref()))
+}
