@@ -20,7 +20,9 @@ use tonic::transport::Channel;
 pub use todod::proto;
 
 pub mod cli;
+pub mod fixtures;
 pub mod gen;
+pub mod megatron;
 pub mod mock_openai;
 pub mod rng;
 

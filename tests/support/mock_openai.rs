@@ -46,6 +46,16 @@ pub struct Settings {
     pub capacity: usize,
     /// Keep each request's body for `bodies()`.
     pub keep_bodies: bool,
+    /// Answers of a known length distribution: each input gets a length in
+    /// `min..=max` tokens (a pure function of the input), the expected
+    /// content padded with filler words.
+    pub output_tokens: Option<(usize, usize)>,
+    /// A cold server: the first `cold_requests` requests it receives wait
+    /// `cold_latency` more and answer `cold_tokens` more tokens, as a
+    /// thinking model answers its first, trivial prompts at length.
+    pub cold_requests: usize,
+    pub cold_latency: Duration,
+    pub cold_tokens: usize,
 }
 
 impl Default for Settings {
@@ -55,6 +65,10 @@ impl Default for Settings {
             tokens_per_second: 0.0,
             capacity: 1024,
             keep_bodies: true,
+            output_tokens: None,
+            cold_requests: 0,
+            cold_latency: Duration::ZERO,
+            cold_tokens: 0,
         }
     }
 }
@@ -73,11 +87,15 @@ struct State {
     /// Requests whose client hung up before the answer was complete.
     abandoned: AtomicUsize,
     abandoned_changed: Notify,
+    /// Permits held away from requests: the capacity taken by `set_capacity`.
+    held: Mutex<Vec<tokio::sync::OwnedSemaphorePermit>>,
+    capacity: usize,
 }
 
 pub struct MockOpenAi {
     pub url: String,
     state: Arc<State>,
+    slots: Arc<Semaphore>,
     server: tokio::task::JoinHandle<()>,
 }
 
@@ -98,9 +116,11 @@ impl MockOpenAi {
         let url = format!("http://{}", listener.local_addr().expect("addr"));
         let state = Arc::new(State {
             keep_bodies: settings.keep_bodies,
+            capacity: settings.capacity,
             ..State::default()
         });
         let capacity = Arc::new(Semaphore::new(settings.capacity));
+        let slots = capacity.clone();
         let serving = state.clone();
         let server = tokio::spawn(async move {
             while let Ok((stream, _)) = listener.accept().await {
@@ -111,7 +131,35 @@ impl MockOpenAi {
                 });
             }
         });
-        MockOpenAi { url, state, server }
+        MockOpenAi {
+            url,
+            state,
+            slots,
+            server,
+        }
+    }
+
+    /// Serves `n` requests at once from now on (at most the capacity it
+    /// started with); requests already being served finish first.
+    pub async fn set_capacity(&self, n: usize) {
+        let mut held = self
+            .state
+            .held
+            .lock()
+            .unwrap()
+            .drain(..)
+            .collect::<Vec<_>>();
+        held.clear();
+        let take = self.state.capacity.saturating_sub(n) as u32;
+        if take > 0 {
+            let permit = self
+                .slots
+                .clone()
+                .acquire_many_owned(take)
+                .await
+                .expect("semaphore");
+            self.state.held.lock().unwrap().push(permit);
+        }
     }
 
     /// Queues faults for the next requests, in order; then answers are normal.
@@ -263,9 +311,25 @@ async fn serve(
             .pop_front()
             .unwrap_or(Fault::Ok)
     };
-    let content = expected_content(&input);
+    let cold = state.requests.load(Ordering::SeqCst) <= settings.cold_requests;
+    let mut content = expected_content(&input);
+    if let Some((min, max)) = settings.output_tokens {
+        let words = content.split_inclusive(' ').count();
+        let want = min + (fnv(&input) % (max - min + 1) as u64) as usize;
+        for i in words..want {
+            content.push_str(&format!(" w{i}"));
+        }
+    }
+    if cold {
+        for i in 0..settings.cold_tokens {
+            content.push_str(&format!(" think{i}"));
+        }
+    }
     let model = request.body["model"].as_str().unwrap_or("mock").to_string();
     tokio::time::sleep(settings.latency).await;
+    if cold {
+        tokio::time::sleep(settings.cold_latency).await;
+    }
 
     match fault {
         Fault::HangBeforeHeaders => {
@@ -397,6 +461,20 @@ async fn serve(
     let tail = format!("data: {last}\n\ndata: {usage_chunk}\n\ndata: [DONE]\n\n");
     stream.write_all(tail.as_bytes()).await?;
     stream.shutdown().await
+}
+
+/// FNV-1a: a stable hash for the mock's pure functions of the input.
+fn fnv(text: &str) -> u64 {
+    text.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+    })
+}
+
+/// The number of output tokens the mock answers `input` with, under
+/// `output_tokens: Some((min, max))`.
+pub fn answer_tokens(input: &str, min: usize, max: usize) -> usize {
+    let words = expected_content(input).split_inclusive(' ').count();
+    (min + (fnv(input) % (max - min + 1) as u64) as usize).max(words)
 }
 
 /// The input text of a request body: the last message's content (chat) or

@@ -163,6 +163,7 @@ fn progress(json: &str) -> Option<proto::Progress> {
             .and_then(|v| v.as_str())
             .unwrap_or_default()
             .to_string(),
+        detail_json: json.to_string(),
     })
 }
 

@@ -154,7 +154,28 @@ impl TodoService {
                     tracing::error!(error = %e, "spec check panicked");
                     Status::internal("internal error; see the daemon's log")
                 })?;
-        Ok(checked?)
+        let checked = checked?;
+        if let Some((field, id, kind)) = &checked.refers {
+            let task = match self.store.get_task(*id).await {
+                Ok(task) => task,
+                Err(crate::store::Error::Rule(crate::domain::Error::NotFound { .. })) => {
+                    return Err(crate::domain::Error::invalid(
+                        field,
+                        format!("task {id} does not exist"),
+                    )
+                    .into())
+                }
+                Err(e) => return Err(e.into()),
+            };
+            if task.kind != *kind {
+                return Err(crate::domain::Error::invalid(
+                    field,
+                    format!("task {id} is a {} task, not a {kind} task", task.kind),
+                )
+                .into());
+            }
+        }
+        Ok(checked)
     }
 }
 

@@ -81,9 +81,29 @@ impl RequestTemplate {
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Usage {
+    #[serde(default)]
     pub prompt_tokens: u64,
+    #[serde(default)]
     pub completion_tokens: u64,
+    #[serde(default)]
     pub total_tokens: u64,
+    /// What some servers (vLLM, OpenAI) say of the completion's tokens.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completion_tokens_details: Option<CompletionTokensDetails>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct CompletionTokensDetails {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_tokens: Option<u64>,
+}
+
+impl Usage {
+    pub fn reasoning_tokens(&self) -> Option<u64> {
+        self.completion_tokens_details
+            .as_ref()
+            .and_then(|d| d.reasoning_tokens)
+    }
 }
 
 /// A finished completion. Reasoning (`reasoning_content` or `reasoning`) is
@@ -95,6 +115,9 @@ pub struct Completion {
     pub finish_reason: String,
     pub usage: Option<Usage>,
     pub model: String,
+    /// For a stream: from sending the request to its first content (or
+    /// reasoning) piece, the time to first token.
+    pub first_token: Option<Duration>,
 }
 
 /// A completion and how it was obtained.
@@ -283,6 +306,7 @@ impl InferenceClient {
         body: bytes::Bytes,
     ) -> Result<Completion, Failure> {
         let deadline = tokio::time::Instant::now() + self.limits.deadline;
+        let sent = Instant::now();
         let mut send = self
             .http
             .post(url.clone())
@@ -315,7 +339,8 @@ impl InferenceClient {
             });
         }
         if template.stream {
-            self.read_stream(response, template.api, deadline).await
+            self.read_stream(response, template.api, deadline, sent)
+                .await
         } else {
             let bytes = tokio::time::timeout_at(deadline, response.bytes())
                 .await
@@ -330,10 +355,14 @@ impl InferenceClient {
         response: reqwest::Response,
         api: Api,
         deadline: tokio::time::Instant,
+        sent: Instant,
     ) -> Result<Completion, Failure> {
         let mut chunks = response.bytes_stream();
         let mut parser = SseParser::default();
-        let mut acc = StreamAccumulator::default();
+        let mut acc = StreamAccumulator {
+            sent,
+            ..StreamAccumulator::default()
+        };
         loop {
             let idle = tokio::time::Instant::now() + self.limits.idle_timeout;
             let (limit, which) = if idle < deadline {
@@ -498,15 +527,29 @@ fn parse_whole(bytes: &[u8], api: Api) -> Result<Completion, Failure> {
         finish_reason: finish_reason.to_string(),
         usage: answer.usage,
         model: answer.model.as_deref().unwrap_or_default().to_string(),
+        // Not streamed: the first token arrives with the last.
+        first_token: None,
     })
 }
 
 /// Builds a completion from stream chunks.
-#[derive(Default)]
 struct StreamAccumulator {
     completion: Completion,
     reasoning: String,
     finish_reason: Option<String>,
+    /// When the request went out, for the time to first token.
+    sent: Instant,
+}
+
+impl Default for StreamAccumulator {
+    fn default() -> Self {
+        StreamAccumulator {
+            completion: Completion::default(),
+            reasoning: String::new(),
+            finish_reason: None,
+            sent: Instant::now(),
+        }
+    }
 }
 
 impl StreamAccumulator {
@@ -534,6 +577,11 @@ impl StreamAccumulator {
         }
         if let Some(choice) = chunk.choices.as_ref().and_then(|c| c.first()) {
             let (content, reasoning) = texts(choice, api, false);
+            let piece = !content.unwrap_or_default().is_empty()
+                || !reasoning.unwrap_or_default().is_empty();
+            if piece && self.completion.first_token.is_none() {
+                self.completion.first_token = Some(self.sent.elapsed());
+            }
             self.completion
                 .content
                 .push_str(content.unwrap_or_default());

@@ -12,16 +12,20 @@
 //!   [`lines`] (bounded line reading, the input survey), [`cursor`] (which
 //!   lines are committed) and [`state`] (the checkpoint document).
 //! - One module per kind says how to read, process and write its records.
+pub mod adaptation;
 pub mod cursor;
+pub mod feasibility;
 pub mod files;
 pub mod generation;
 pub mod lines;
 pub mod lossy_fs;
+pub mod model;
 pub mod pipeline;
 pub mod registry;
 pub mod runtime;
 pub mod spec;
 pub mod state;
+pub mod tokenization;
 
 use std::sync::Arc;
 
@@ -61,6 +65,13 @@ pub enum Ended {
     /// the run broke off and a retry resumes from the checkpoint.
     Failed {
         error: String,
+        state: Option<PhaseState>,
+    },
+    /// The task fails with this error, and keeps the result that shows why
+    /// (a feasibility no-go keeps its measurements).
+    Refused {
+        error: String,
+        result: String,
         state: Option<PhaseState>,
     },
     /// Stopped from outside; resumable from the checkpoint.

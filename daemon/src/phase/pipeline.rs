@@ -80,6 +80,12 @@ pub trait RecordPhase: Send + Sync + 'static {
 
     /// Progress to report after a checkpoint (a JSON object).
     fn progress(&self, stats: &Self::Stats, pass: &PassCounts, input: &InputState) -> Value;
+
+    /// An event to record with the progress about to be reported (its kind
+    /// and JSON payload), such as a rate drifting from its projection.
+    fn notice(&self, _progress: &Value) -> Option<(&'static str, Value)> {
+        None
+    }
 }
 
 /// The output files of a pass, as a phase writes to them.
@@ -616,7 +622,12 @@ impl Committer<'_, '_> {
         let report = self
             .last_progress
             .is_none_or(|at| at.elapsed() >= PROGRESS_EVERY);
-        let progress = report.then(|| self.progress_json(phase, stats, &next).to_string());
+        let progress = report.then(|| self.progress_json(phase, stats, &next));
+        let notice = progress
+            .as_ref()
+            .and_then(|p| phase.notice(p))
+            .map(|(kind, value)| (kind, value.to_string()));
+        let progress = progress.map(|p| p.to_string());
         match self
             .run
             .store
@@ -625,6 +636,7 @@ impl Committer<'_, '_> {
                 &self.run.attempt,
                 &next.to_json(),
                 progress.as_deref(),
+                notice.as_ref().map(|(kind, value)| (*kind, value.as_str())),
             )
             .await
         {

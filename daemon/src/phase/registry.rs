@@ -5,9 +5,12 @@
 //! kind means a module of its own and an arm in each function below.
 use serde_json::Value;
 
+use super::adaptation::{self, AdaptationSpec};
+use super::feasibility::{self, FeasibilitySpec};
 use super::generation::{self, GenerationSpec};
+use super::tokenization::{self, TokenizationSpec};
 use super::{Boundaries, Ended, RunContext};
-use crate::domain::{Error, Kind};
+use crate::domain::{Error, Kind, TaskId};
 use crate::store::Claim;
 
 /// A spec as the registry accepted it.
@@ -19,6 +22,8 @@ pub struct Checked {
     pub claims: Vec<Claim>,
     /// A kind the task must depend on, if its spec needs one.
     pub requires: Option<Kind>,
+    /// A task the spec names (its field, the task, the kind it must be).
+    pub refers: Option<(String, TaskId, Kind)>,
 }
 
 /// Checks `json` as the spec of a `kind` task. `own` lists the paths the task
@@ -34,6 +39,7 @@ pub fn check(
             json: json.to_string(),
             claims: Vec::new(),
             requires: None,
+            refers: None,
         }),
         Kind::Generation => {
             let checked = GenerationSpec::check(json, bounds, own)?;
@@ -41,12 +47,60 @@ pub fn check(
                 json: checked.json,
                 claims: checked.claims,
                 requires: checked.requires,
+                refers: None,
             })
         }
-        other => Err(Error::invalid(
-            "kind",
-            format!("{other} tasks cannot be run by this version of todod yet"),
-        )),
+        Kind::Tokenization => {
+            let (spec, json, claims) = TokenizationSpec::check(json, bounds, own)?;
+            // The tokenizer and template load now, so that a wrong directory
+            // is refused here rather than when the task's turn comes.
+            crate::tokenizer::load_dir(&spec.tokenizer)
+                .map_err(|e| Error::invalid("spec.tokenizer", e.to_string()))?;
+            if spec.mode == tokenization::spec::Mode::Conversation {
+                crate::phase::model::template(
+                    Some(&spec.tokenizer),
+                    spec.chat_template.as_deref(),
+                    spec.template_name.as_deref(),
+                )
+                .map_err(|e| Error::invalid("spec.chat_template", e))?;
+            }
+            Ok(Checked {
+                json,
+                claims,
+                requires: None,
+                refers: None,
+            })
+        }
+        Kind::PromptAdaptation => {
+            let (spec, json, claims) = AdaptationSpec::check(json, bounds, own)?;
+            if spec.target.is_some() || spec.chat_template.is_some() {
+                crate::phase::model::template(
+                    spec.target.as_deref(),
+                    spec.chat_template.as_deref(),
+                    spec.template_name.as_deref(),
+                )
+                .map_err(|e| Error::invalid("spec.target", e))?;
+            }
+            if let (Some(dir), Some(_)) = (&spec.target, spec.max_prompt_tokens) {
+                crate::tokenizer::load_dir(dir)
+                    .map_err(|e| Error::invalid("spec.target", e.to_string()))?;
+            }
+            Ok(Checked {
+                json,
+                claims,
+                requires: None,
+                refers: None,
+            })
+        }
+        Kind::Feasibility => {
+            let (_, json, claims, named) = FeasibilitySpec::check(json, bounds, own)?;
+            Ok(Checked {
+                json,
+                claims,
+                requires: None,
+                refers: named.map(|id| ("spec.generation".to_string(), id, Kind::Generation)),
+            })
+        }
     }
 }
 
@@ -55,7 +109,10 @@ pub fn check(
 pub fn output_fields_changed(kind: Kind, old: &str, new: &str) -> Vec<String> {
     let fields: &[&str] = match kind {
         Kind::Generation => generation::spec::OUTPUT_FIELDS,
-        _ => &[],
+        Kind::Tokenization => tokenization::spec::OUTPUT_FIELDS,
+        Kind::PromptAdaptation => adaptation::spec::OUTPUT_FIELDS,
+        Kind::Feasibility => &["report"],
+        Kind::Todo => &[],
     };
     let parse = |s: &str| serde_json::from_str::<Value>(s).unwrap_or(Value::Null);
     let (old, new) = (parse(old), parse(new));
@@ -68,7 +125,10 @@ pub fn output_fields_changed(kind: Kind, old: &str, new: &str) -> Vec<String> {
 
 /// Whether the runtime runs tasks of `kind`.
 pub fn runs(kind: Kind) -> bool {
-    matches!(kind, Kind::Generation)
+    matches!(
+        kind,
+        Kind::Generation | Kind::Tokenization | Kind::PromptAdaptation | Kind::Feasibility
+    )
 }
 
 /// Whether a ready task starts by itself (`"auto_start": false` waits for a
@@ -87,8 +147,18 @@ pub async fn run(kind: Kind, context: RunContext) -> Ended {
             Ok(spec) => generation::run(context, spec).await,
             Err(error) => Ended::broke_off(format!("the stored spec is not valid: {error}")),
         },
-        other => Ended::broke_off(format!(
-            "{other} tasks are not run by this version of todod"
-        )),
+        Kind::Tokenization => match TokenizationSpec::parse(&context.spec) {
+            Ok(spec) => tokenization::run(context, spec).await,
+            Err(error) => Ended::broke_off(format!("the stored spec is not valid: {error}")),
+        },
+        Kind::PromptAdaptation => match AdaptationSpec::parse(&context.spec) {
+            Ok(spec) => adaptation::run(context, spec).await,
+            Err(error) => Ended::broke_off(format!("the stored spec is not valid: {error}")),
+        },
+        Kind::Feasibility => match FeasibilitySpec::parse(&context.spec) {
+            Ok(spec) => feasibility::run(context, spec).await,
+            Err(error) => Ended::broke_off(format!("the stored spec is not valid: {error}")),
+        },
+        Kind::Todo => Ended::broke_off("todo tasks are not run by the daemon"),
     }
 }

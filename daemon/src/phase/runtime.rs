@@ -203,11 +203,19 @@ async fn run_one(kind: crate::domain::Kind, context: RunContext) -> TaskId {
             ))
         }
     };
-    let (outcome, state) = match ended {
-        Ended::Completed { result, state } => (Ok(result), state),
+    let (outcome, result, state) = match ended {
+        Ended::Completed { result, state } => (Ok(()), Some(result), state),
         Ended::Failed { error, state } => {
             tracing::warn!(task = %id, %error, "phase run failed");
-            (Err(error), state)
+            (Err(error), None, state)
+        }
+        Ended::Refused {
+            error,
+            result,
+            state,
+        } => {
+            tracing::warn!(task = %id, %error, "phase run refused");
+            (Err(error), Some(result), state)
         }
         Ended::Stopped => {
             tracing::info!(task = %id, "phase run stopped; resumable from its checkpoint");
@@ -220,7 +228,13 @@ async fn run_one(kind: crate::domain::Kind, context: RunContext) -> TaskId {
     loop {
         match context
             .store
-            .finish_phase(id, &context.attempt, outcome.clone(), state.as_deref())
+            .finish_phase(
+                id,
+                &context.attempt,
+                outcome.clone(),
+                result.as_deref(),
+                state.as_deref(),
+            )
             .await
         {
             Ok(()) => {

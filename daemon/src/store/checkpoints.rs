@@ -113,21 +113,26 @@ impl Store {
 
     /// A batch's commit: the checkpoint, and the run's progress when it is
     /// time to report it (recorded as a `progress` event), in one fenced
-    /// transaction, so that a busy run pays one fsync per batch.
+    /// transaction, so that a busy run pays one fsync per batch. A `notice`
+    /// (an event kind and its JSON) is recorded with them.
     pub async fn commit_phase_batch(
         &self,
         task: TaskId,
         attempt: &str,
         state: &str,
         progress: Option<&str>,
+        notice: Option<(&str, &str)>,
     ) -> Result<(), Error> {
         self.write(|db| {
             check_fence(db, task, attempt)?;
             save_state(db, task, state)?;
-            let seq = match progress {
+            let mut seq = match progress {
                 Some(progress) => Some(super::phases::save_progress(db, task, progress)?),
                 None => None,
             };
+            if let Some((kind, value)) = notice {
+                seq = Some(super::phases::record(db, task, kind, Some(value), "")?);
+            }
             Ok(((), seq))
         })
         .await

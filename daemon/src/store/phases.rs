@@ -155,15 +155,17 @@ impl Store {
         .await
     }
 
-    /// Ends the run of `attempt`: completed with a result, or failed with an
-    /// error; `state`, when given, replaces the checkpoint in the same
-    /// transaction. Refused with [`Error::Fenced`] if the task moved on
+    /// Ends the run of `attempt`: completed, or failed with an error; a
+    /// `result`, when given, is stored and recorded either way (a refusal
+    /// keeps the figures it rests on); `state`, when given, replaces the
+    /// checkpoint in the same transaction. Refused with [`Error::Fenced`] if the task moved on
     /// meanwhile (cancelled, paused) or another attempt holds it.
     pub async fn finish_phase(
         &self,
         id: TaskId,
         attempt: &str,
-        outcome: Result<String, String>,
+        outcome: Result<(), String>,
+        result: Option<&str>,
         state: Option<&str>,
     ) -> Result<(), Error> {
         let ctx = WriteContext {
@@ -195,10 +197,7 @@ impl Store {
                 to,
             };
             let applied = persist::apply(db, plan_id, revision, &[change], &ctx, now_ms())?;
-            let (result, error): (Option<&str>, Option<&str>) = match &outcome {
-                Ok(result) => (Some(result), None),
-                Err(error) => (None, Some(error)),
-            };
+            let error = outcome.as_ref().err().map(String::as_str);
             let params: [Param; 3] = [result.into(), error.into(), id.0.into()];
             db.execute(
                 "UPDATE tasks SET result = COALESCE(?, result), error = ?, lease_owner = NULL \
@@ -206,7 +205,7 @@ impl Store {
                 &params,
             )?;
             let mut last = applied.last_seq;
-            if let Ok(result) = &outcome {
+            if let Some(result) = result {
                 // Each run's result stays in the history, not only the latest.
                 last = Some(record(db, id, "result", Some(result), "")?);
             }

@@ -381,6 +381,24 @@ impl Store {
         self.read(|db| list_tasks(db, filter)).await
     }
 
+    /// The live tasks that depend on `id` directly, in list order.
+    pub async fn dependents(&self, id: TaskId) -> Result<Vec<TaskView>, Error> {
+        self.read(|db| {
+            task_by_id(db, id)?;
+            let query = TaskQuery {
+                condition: "t.archived_at IS NULL AND t.id IN \
+                            (SELECT task_id FROM dependencies WHERE depends_on = ?)",
+                params: &[id.0.into()],
+                order: Order::List,
+                detail: Detail::Full,
+                limit: i64::MAX,
+                plan: "",
+            };
+            tasks_where(db, query)
+        })
+        .await
+    }
+
     /// The output paths a task claims (held or let go).
     pub async fn task_claims(&self, id: TaskId) -> Result<Vec<String>, Error> {
         self.read(|db| {

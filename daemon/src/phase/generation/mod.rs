@@ -21,6 +21,7 @@ use serde_json::{json, Value};
 
 use crate::inference::{Api, Backoff, Failed, InferenceClient, Limits, Outcome, RequestTemplate};
 use crate::phase::cursor::Line;
+use crate::phase::feasibility::vouch::{self, Vouch, Watch};
 use crate::phase::files::{Entry, Existing, FileState};
 use crate::phase::pipeline::{self, Files, PassEnd, PassPlan, Processor, RecordPhase};
 use crate::phase::state::{InputState, PassCounts, PhaseState};
@@ -61,6 +62,10 @@ struct Setup {
 struct Generation {
     spec: GenerationSpec,
     retry: bool,
+    /// The projection of the feasibility task that vouched for this run,
+    /// and a drift found at the last progress report, not yet recorded.
+    watch: Option<std::sync::Mutex<(Watch, Option<Value>)>>,
+    started: std::time::Instant,
 }
 
 /// A prompt line's outcome, with the prompt (a failure keeps its input).
@@ -115,9 +120,16 @@ impl RecordPhase for Generation {
                 }
                 stats.length_finishes += u64::from(c.finish_reason == "length");
                 stats.records += 1;
+                let kept = self.spec.keep_prompt.then_some(&*prompt.input);
+                let (messages, prompt_text) = match self.spec.api {
+                    Api::Chat => (kept, None),
+                    Api::Completions => (None, kept),
+                };
                 let record = Record {
                     id: &prompt.id,
                     line: prompt.line,
+                    messages,
+                    prompt: prompt_text,
                     content: &c.content,
                     reasoning: c.reasoning.as_deref(),
                     finish_reason: &c.finish_reason,
@@ -170,10 +182,31 @@ impl RecordPhase for Generation {
         } else {
             0
         };
-        json!({
+        let total = earlier + expected_here;
+        let mut progress = json!({
             "done": stats.records, "failed": stats.failed, "rejected": stats.rejected,
-            "total": earlier + expected_here, "tokens": stats.tokens,
-        })
+            "total": total, "tokens": stats.tokens,
+        });
+        if let Some(watch) = &self.watch {
+            let mut watch = watch.lock().unwrap_or_else(|p| p.into_inner());
+            let answered = stats.records + stats.failed;
+            let left = total.saturating_sub(answered);
+            let now = self.started.elapsed().as_secs_f64();
+            let look = watch.0.look(now, answered, stats.tokens, left);
+            if let (Value::Object(map), Value::Object(extra)) = (&mut progress, look.progress) {
+                map.extend(extra);
+            }
+            if look.drift.is_some() {
+                watch.1 = look.drift;
+            }
+        }
+        progress
+    }
+
+    fn notice(&self, _progress: &Value) -> Option<(&'static str, Value)> {
+        let watch = self.watch.as_ref()?;
+        let drift = watch.lock().unwrap_or_else(|p| p.into_inner()).1.take()?;
+        Some(("drift", drift))
     }
 }
 
@@ -182,6 +215,12 @@ impl RecordPhase for Generation {
 struct Record<'a> {
     id: &'a str,
     line: u64,
+    /// The prompt, with `keep_prompt`: the record is then training data on
+    /// its own (a tokenization reads it as it is).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    messages: Option<&'a serde_json::value::RawValue>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    prompt: Option<&'a serde_json::value::RawValue>,
     content: &'a str,
     reasoning: Option<&'a str>,
     finish_reason: &'a str,
@@ -192,20 +231,31 @@ struct Record<'a> {
     attempts: u32,
 }
 
+/// What the run is held against: the vouch, and when the task started
+/// (unix ms), for the projected against actual time.
+struct Held {
+    vouch: Vouch,
+    started_at_ms: i64,
+}
+
 /// The result a completed (or failed) generation reports.
-fn result(spec: &GenerationSpec, stats: &Stats, state: &PhaseState) -> String {
-    json!({
+fn result(spec: &GenerationSpec, stats: &Stats, state: &PhaseState, held: Option<&Held>) -> String {
+    let mut result = json!({
         "records": stats.records, "failed": stats.failed, "rejected": stats.rejected,
         "length_finishes": stats.length_finishes, "tokens": stats.tokens,
         "prompt_tokens": stats.prompt_tokens, "passes": state.pass + 1,
         "output": spec.output, "failures": spec.failures, "rejects": spec.rejects,
-    })
-    .to_string()
+    });
+    if let Some(held) = held {
+        let hours = (crate::store::now_ms() - held.started_at_ms).max(0) as f64 / 3.6e6;
+        result["projection"] = vouch::outcome(&held.vouch, hours);
+    }
+    result.to_string()
 }
 
 /// The verdict on a finished pass: completed, or failed when too many
 /// prompts failed (or none was usable).
-fn verdict(spec: &GenerationSpec, mut state: PhaseState) -> Ended {
+fn verdict(spec: &GenerationSpec, mut state: PhaseState, held: Option<&Held>) -> Ended {
     let stats: Stats = match state.stats() {
         Ok(stats) => stats,
         Err(error) => return Ended::broke_off(error),
@@ -244,7 +294,7 @@ fn verdict(spec: &GenerationSpec, mut state: PhaseState) -> Ended {
             state: Some(state),
         },
         None => Ended::Completed {
-            result: result(spec, &stats, &state),
+            result: result(spec, &stats, &state, held),
             state: Some(state),
         },
     }
@@ -335,13 +385,30 @@ pub async fn run(run: RunContext, spec: GenerationSpec) -> Ended {
 }
 
 async fn run_inner(run: &RunContext, spec: GenerationSpec) -> Result<Ended, String> {
-    let Some(concurrency) = spec.concurrency else {
-        return Err(
-            "concurrency \"auto\" needs a completed feasibility dependency; none has \
-                    chosen a level"
-                .into(),
-        );
+    let vouched = vouch::of(&run.store, run.task).await?;
+    let concurrency = match (spec.concurrency, &vouched) {
+        (Some(c), _) => c,
+        (None, Some(v)) => v.concurrency,
+        (None, None) => {
+            return Err(
+                "concurrency \"auto\" needs a completed feasibility dependency; none has \
+                 chosen a level"
+                    .into(),
+            )
+        }
     };
+    let started_at_ms = run
+        .store
+        .get_task(run.task)
+        .await
+        .map_err(|e| format!("cannot read the task: {e}"))?
+        .started_at
+        .unwrap_or_else(crate::store::now_ms);
+    let held = vouched.map(|vouch| Held {
+        vouch,
+        started_at_ms,
+    });
+    let held = held.as_ref();
     let mut state = match PhaseState::load(&run.store, run.task).await? {
         Some(state) => state,
         None => match legacy::convert(run, &spec).await? {
@@ -355,7 +422,7 @@ async fn run_inner(run: &RunContext, spec: GenerationSpec) -> Result<Ended, Stri
         if stats.failed == 0 {
             // Nothing left to send: the verdict stands (its limits may have
             // changed since, so it is given again).
-            return Ok(verdict(&spec, state));
+            return Ok(verdict(&spec, state, held));
         }
         match begin_retry(run, &spec, state).await? {
             Some(next) => state = next,
@@ -363,7 +430,7 @@ async fn run_inner(run: &RunContext, spec: GenerationSpec) -> Result<Ended, Stri
         }
     }
     if state.complete {
-        return Ok(verdict(&spec, state));
+        return Ok(verdict(&spec, state, held));
     }
     let setup: Setup = serde_json::from_value(state.setup.clone()).unwrap_or_default();
     let input = match &setup.retry_input {
@@ -375,9 +442,15 @@ async fn run_inner(run: &RunContext, spec: GenerationSpec) -> Result<Ended, Stri
         }
         None => spec.prompts.clone(),
     };
+    // The projection holds for the level it was made at.
+    let watch = held
+        .filter(|h| h.vouch.concurrency == concurrency)
+        .map(|h| std::sync::Mutex::new((Watch::new(h.vouch.clone()), None)));
     let phase = Arc::new(Generation {
         retry: setup.retry_input.is_some(),
         spec: spec.clone(),
+        watch,
+        started: std::time::Instant::now(),
     });
     let plan = PassPlan {
         input,
@@ -421,7 +494,7 @@ async fn run_inner(run: &RunContext, spec: GenerationSpec) -> Result<Ended, Stri
     )
     .await?
     {
-        PassEnd::Complete(state, _) => Ok(verdict(&spec, *state)),
+        PassEnd::Complete(state, _) => Ok(verdict(&spec, *state, held)),
         PassEnd::Stopped => Ok(Ended::Stopped),
     }
 }

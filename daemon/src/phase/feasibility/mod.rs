@@ -1,0 +1,432 @@
+//! The feasibility phase: measure an inference server with the requests of
+//! the generation it vouches for, project that whole run with an interval,
+//! and decide go or no-go against a budget. Its result is the gate in the
+//! graph: a no-go fails the task (keeping its figures), so the generation
+//! after it stays blocked until someone decides.
+//!
+//! Each level measured is committed to the checkpoint as soon as it is
+//! complete, by the attempt that measured it whole; a run killed in the
+//! middle of a level measures that level again from the start, so no level
+//! mixes two runs. A retry after the task ended measures everything again.
+pub mod measure;
+mod report;
+pub mod spec;
+pub mod stats;
+pub mod vouch;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+use crate::domain::{Kind, Status};
+use crate::inference::{Backoff, InferenceClient, Limits, RequestTemplate};
+use crate::phase::generation::GenerationSpec;
+use crate::phase::{Ended, PhaseState, RunContext};
+use crate::store::Error as StoreError;
+pub use spec::{FeasibilitySpec, ShapeSource};
+use stats::{Figures, Level};
+
+/// The seed of the prompt sample and the bootstrap when the spec gives none.
+pub const DEFAULT_SEED: u64 = 0x7d0d_5eed;
+
+/// The sweep so far (`PhaseState::stats`); `PhaseState::pass` counts the
+/// measurements, `closed` says this one has its verdict.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+struct Sweep {
+    levels: Vec<Level>,
+    #[serde(default)]
+    stopped_because: Option<String>,
+    /// What the first warm-up of this measurement said (later ones, on
+    /// resume, go to the log), so that the result does not depend on how
+    /// often the run was interrupted.
+    #[serde(default)]
+    warmup_notes: Option<Vec<String>>,
+}
+
+/// Runs (or resumes) a feasibility measurement.
+pub async fn run(run: RunContext, spec: FeasibilitySpec) -> Ended {
+    match run_inner(&run, spec).await {
+        Ok(ended) => ended,
+        Err(error) => Ended::broke_off(error),
+    }
+}
+
+/// The request shape the spec points at; `None` if the run was told to stop
+/// while it waited for a generation to depend on it.
+async fn shape(run: &RunContext, spec: &FeasibilitySpec) -> Result<Option<GenerationSpec>, String> {
+    let from_task = |task: &crate::store::TaskView| -> Result<GenerationSpec, String> {
+        let json = task.spec.as_deref().unwrap_or("{}");
+        GenerationSpec::parse(json)
+            .map_err(|e| format!("the spec of generation task {} is not valid: {e}", task.id))
+    };
+    match &spec.shape {
+        ShapeSource::Inline(inline) => Ok(Some((**inline).clone())),
+        ShapeSource::Task(id) => {
+            let task = run
+                .store
+                .get_task(*id)
+                .await
+                .map_err(|e| format!("cannot read generation task {id}: {e}"))?;
+            if task.kind != Kind::Generation {
+                return Err(format!(
+                    "task {id} is a {} task, not a generation",
+                    task.kind
+                ));
+            }
+            from_task(&task).map(Some)
+        }
+        ShapeSource::Dependent => {
+            // A feasibility task is added before the generation that depends
+            // on it: until that one exists, wait for it.
+            let mut committed = run.store.subscribe();
+            let mut stop = run.stop.clone();
+            let mut said = false;
+            loop {
+                let dependents =
+                    run.store.dependents(run.task).await.map_err(|e| {
+                        format!("cannot read the tasks that depend on this one: {e}")
+                    })?;
+                let generations: Vec<_> = dependents
+                    .iter()
+                    .filter(|t| t.kind == Kind::Generation)
+                    .collect();
+                match generations.as_slice() {
+                    [one] => return from_task(one).map(Some),
+                    [] => {}
+                    several => {
+                        return Err(format!(
+                            "{} generation tasks depend on this one ({}); name the one to \
+                             measure in spec.generation",
+                            several.len(),
+                            several
+                                .iter()
+                                .map(|t| t.id.to_string())
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        ))
+                    }
+                }
+                if !said {
+                    let note = json!({
+                        "stage": "waiting",
+                        "message": "waiting for a generation task that depends on this one \
+                                    (or name one in spec.generation)",
+                    });
+                    if !progress(run, note).await? {
+                        return Ok(None);
+                    }
+                    said = true;
+                }
+                tokio::select! {
+                    _ = committed.changed() => {}
+                    _ = crate::phase::stopped(&mut stop) => return Ok(None),
+                }
+            }
+        }
+    }
+}
+
+/// Commits the sweep, fenced. `false`: the run lost its task.
+async fn commit(run: &RunContext, state: &PhaseState) -> Result<bool, String> {
+    match run
+        .store
+        .commit_phase_state(run.task, &run.attempt, &state.to_json(), None)
+        .await
+    {
+        Ok(()) => Ok(true),
+        Err(StoreError::Fenced { .. }) => Ok(false),
+        Err(e) => Err(format!("cannot commit the sweep: {e}")),
+    }
+}
+
+async fn progress(run: &RunContext, value: Value) -> Result<bool, String> {
+    match run
+        .store
+        .report_progress(run.task, &run.attempt, &value.to_string())
+        .await
+    {
+        Ok(()) => Ok(true),
+        Err(StoreError::Fenced { .. }) => Ok(false),
+        Err(e) => Err(format!("cannot report progress: {e}")),
+    }
+}
+
+/// The levels a sweep measures, in order.
+fn planned_levels(spec: &FeasibilitySpec) -> Vec<usize> {
+    match &spec.levels {
+        Some(levels) => levels.clone(),
+        None => {
+            let mut levels = Vec::new();
+            let mut c = 1;
+            while c < spec.max_concurrency {
+                levels.push(c);
+                c *= 2;
+            }
+            levels.push(spec.max_concurrency);
+            levels
+        }
+    }
+}
+
+/// Why the sweep is over after these levels, if it is.
+fn sweep_over(spec: &FeasibilitySpec, levels: &[Figures]) -> Option<String> {
+    let last = levels.last()?;
+    if last.error_rate > spec.max_error_rate {
+        return stats::sweep_done(levels, spec.max_error_rate);
+    }
+    // Only a geometric sweep stops at the plateau; given levels are all
+    // measured.
+    if spec.levels.is_none() {
+        return stats::sweep_done(levels, spec.max_error_rate);
+    }
+    None
+}
+
+fn summary(figures: &[Figures]) -> Value {
+    figures
+        .iter()
+        .map(|f| {
+            json!({
+                "concurrency": f.concurrency,
+                "output_tokens_per_second": f.output_tokens_per_second,
+                "p99_seconds": f.e2e_seconds.map(|s| s.p99),
+                "error_rate": f.error_rate,
+            })
+        })
+        .collect()
+}
+
+async fn run_inner(run: &RunContext, spec: FeasibilitySpec) -> Result<Ended, String> {
+    let mut state = PhaseState::load(&run.store, run.task)
+        .await?
+        .unwrap_or_default();
+    if state.closed {
+        // A retry after a verdict: measure again, from nothing.
+        state = PhaseState {
+            pass: state.pass + 1,
+            ..PhaseState::default()
+        };
+    }
+    let mut sweep: Sweep = state.stats()?;
+    let Some(shape) = shape(run, &spec).await? else {
+        return Ok(Ended::Stopped);
+    };
+    let seed = spec.seed.unwrap_or(DEFAULT_SEED);
+    let (sample, usable) = measure::sample_prompts(&shape, spec.sample_size, seed)?;
+    let records = spec.records.unwrap_or(usable);
+    let sample = Arc::new(sample);
+    let mut stop = run.stop.clone();
+
+    let warming = json!({
+        "stage": "warm-up",
+        "message": format!("warming up {} endpoint(s)", shape.endpoints.len()),
+        "done": sweep.levels.len(),
+    });
+    if !progress(run, warming).await? {
+        return Ok(Ended::Stopped);
+    }
+    let warm = measure::warm_up(
+        &shape,
+        &sample,
+        spec.warmup_requests,
+        spec.warmup_max_tokens,
+        Duration::from_secs(spec.warmup_timeout_seconds),
+    );
+    let notes = tokio::select! {
+        notes = warm => notes,
+        _ = crate::phase::stopped(&mut stop) => return Ok(Ended::Stopped),
+    };
+    for note in &notes {
+        tracing::info!(task = %run.task, %note, "warm-up");
+    }
+    if sweep.warmup_notes.is_none() {
+        sweep.warmup_notes = Some(notes);
+        state.set_stats(&sweep);
+        if !commit(run, &state).await? {
+            return Ok(Ended::Stopped);
+        }
+    }
+
+    let limits = Limits {
+        deadline: Duration::from_secs(spec.request_deadline_seconds),
+        idle_timeout: Duration::from_secs(shape.stream_idle_seconds),
+        // A level measures the server as it is: a failure is counted, not
+        // retried.
+        backoff: Backoff {
+            max_attempts: 1,
+            ..Backoff::default()
+        },
+        ..Limits::default()
+    };
+    let client = Arc::new(InferenceClient::new(
+        &shape.endpoints,
+        shape.api_key_env.as_deref(),
+        limits,
+    )?);
+    let mut params = shape.params.clone();
+    if let Some(max) = shape.max_tokens {
+        params.insert("max_tokens".into(), json!(max));
+    }
+    let template = Arc::new(RequestTemplate::new(
+        shape.api,
+        &shape.model,
+        &params,
+        shape.stream,
+    ));
+    let window = measure::Window {
+        min_requests: spec.min_requests,
+        min_seconds: spec.min_seconds,
+        max_seconds: spec.max_seconds,
+    };
+    let planned = planned_levels(&spec);
+    for &c in &planned {
+        let figures: Vec<Figures> = sweep.levels.iter().map(Level::figures).collect();
+        if sweep.stopped_because.is_some() {
+            break;
+        }
+        if sweep.levels.iter().any(|l| l.concurrency == c) {
+            continue;
+        }
+        let note = json!({
+            "stage": "measuring",
+            "message": format!("measuring concurrency {c}"),
+            "done": sweep.levels.len(),
+            "total": planned.len(),
+            "concurrency": c,
+            "levels_done": sweep.levels.len(),
+            "levels_planned": planned.len(),
+            "levels": summary(&figures),
+        });
+        if !progress(run, note).await? {
+            return Ok(Ended::Stopped);
+        }
+        let measured = measure::level(
+            &shape,
+            client.clone(),
+            template.clone(),
+            sample.clone(),
+            c,
+            window,
+            spec.request_deadline_seconds,
+        );
+        let mut level = tokio::select! {
+            level = measured => level,
+            _ = crate::phase::stopped(&mut stop) => return Ok(Ended::Stopped),
+        };
+        level.measured_by = run.attempt.clone();
+        sweep.levels.push(level);
+        let figures: Vec<Figures> = sweep.levels.iter().map(Level::figures).collect();
+        sweep.stopped_because = sweep_over(&spec, &figures);
+        state.set_stats(&sweep);
+        if !commit(run, &state).await? {
+            return Ok(Ended::Stopped);
+        }
+    }
+    if sweep.stopped_because.is_none() {
+        sweep.stopped_because = Some(match &spec.levels {
+            Some(_) => "every level given was measured".into(),
+            None => format!("the level cap of {} was reached", spec.max_concurrency),
+        });
+    }
+    state.closed = true;
+    state.complete = true;
+    state.set_stats(&sweep);
+    let decided = decide(&spec, &shape, &sweep, records, usable, seed);
+    if let Some(path) = &spec.report {
+        let html = report::html(&decided.result);
+        // A re-measurement replaces its own earlier report; the first one
+        // never replaces a file it did not write (the same bytes, from an
+        // interrupted finish, are accepted).
+        let replace = state.pass > 0;
+        report::write(run.fs.as_ref(), path, &html, replace)?;
+    }
+    let result = decided.result.to_string();
+    Ok(if decided.reasons.is_empty() {
+        Ended::Completed {
+            result,
+            state: Some(state),
+        }
+    } else {
+        Ended::Refused {
+            error: format!("no-go: {}", decided.reasons.join("; ")),
+            result,
+            state: Some(state),
+        }
+    })
+}
+
+struct Decided {
+    result: Value,
+    reasons: Vec<String>,
+}
+
+/// The choice, the projection and the verdict of a finished sweep.
+fn decide(
+    spec: &FeasibilitySpec,
+    shape: &GenerationSpec,
+    sweep: &Sweep,
+    records: u64,
+    usable: u64,
+    seed: u64,
+) -> Decided {
+    let figures: Vec<Figures> = sweep.levels.iter().map(Level::figures).collect();
+    let chosen = stats::choose(
+        &figures,
+        spec.choose,
+        spec.max_error_rate,
+        spec.max_p99_latency_seconds,
+    );
+    let mut reasons = Vec::new();
+    let mut result = json!({
+        "records": records,
+        "usable_prompts": usable,
+        "prompts": shape.prompts,
+        "model": shape.model,
+        "endpoints": shape.endpoints,
+        "sample": {"size": spec.sample_size.min(usable as usize), "seed": seed},
+        "warmup": {"requests_per_endpoint": spec.warmup_requests, "max_tokens": spec.warmup_max_tokens, "notes": sweep.warmup_notes.clone().unwrap_or_default()},
+        "levels": figures,
+        "sweep_stopped": sweep.stopped_because,
+        "measured_by": sweep.levels.iter().map(|l| json!({"concurrency": l.concurrency, "attempt": l.measured_by})).collect::<Vec<_>>(),
+        "drift_after_seconds": spec.drift_after_seconds,
+        "budget": spec.budget,
+    });
+    match chosen {
+        None => {
+            reasons.push(match spec.max_p99_latency_seconds {
+                Some(bound) => format!(
+                    "no level measured kept errors under {:.1}% and p99 latency under {bound} s",
+                    spec.max_error_rate * 100.0
+                ),
+                None => format!(
+                    "no level measured kept errors under {:.1}%",
+                    spec.max_error_rate * 100.0
+                ),
+            });
+        }
+        Some((index, why)) => {
+            let level = &sweep.levels[index];
+            result["choice"] = json!({"concurrency": level.concurrency, "why": why});
+            match stats::project(level, records, &spec.price, seed) {
+                Some(projection) => {
+                    reasons = stats::verdict(&projection, &figures[index], &spec.budget);
+                    result["projection"] = serde_json::to_value(&projection).unwrap_or_default();
+                }
+                None => reasons.push(format!(
+                    "concurrency {} measured no successful request to project from",
+                    level.concurrency
+                )),
+            }
+        }
+    }
+    result["verdict"] = json!(if reasons.is_empty() { "go" } else { "no-go" });
+    result["reasons"] = json!(reasons);
+    Decided { result, reasons }
+}
+
+/// Whether `status` of a feasibility task lets its dependents go.
+pub fn vouches(status: Status) -> bool {
+    status == Status::Completed
+}

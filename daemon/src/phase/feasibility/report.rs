@@ -1,0 +1,286 @@
+//! The readable report of a feasibility result: one self-contained HTML file
+//! (no scripts, no external assets) with the verdict, the projection with
+//! its interval, the sweep as a table and two charts (output tokens/s and
+//! p99 latency against concurrency). It is made from the result JSON alone,
+//! so that it says exactly what the task's result says, byte for byte the
+//! same for the same result.
+use std::io::Write;
+use std::path::Path;
+
+use serde_json::Value;
+
+use crate::phase::files::{self, Fs};
+
+fn escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+fn num(value: &Value) -> Option<f64> {
+    value.as_f64()
+}
+
+fn fmt(value: Option<f64>, digits: usize) -> String {
+    value.map_or("-".into(), |v| format!("{v:.digits$}"))
+}
+
+/// A line chart of `points` (x, y), x on a log2 axis.
+fn chart(title: &str, unit: &str, points: &[(f64, f64)], chosen: Option<f64>) -> String {
+    const W: f64 = 420.0;
+    const H: f64 = 220.0;
+    const PAD: f64 = 44.0;
+    let mut svg = format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{W}\" height=\"{H}\" \
+         viewBox=\"0 0 {W} {H}\" role=\"img\" aria-label=\"{t}\">\
+         <text x=\"{PAD}\" y=\"16\" font-size=\"13\">{t} ({u})</text>",
+        t = escape(title),
+        u = escape(unit)
+    );
+    if points.is_empty() {
+        svg.push_str("<text x=\"50\" y=\"110\">no data</text></svg>");
+        return svg;
+    }
+    let lx = |x: f64| x.max(1.0).log2();
+    let (x0, x1) = points.iter().fold((f64::MAX, f64::MIN), |(a, b), p| {
+        (a.min(lx(p.0)), b.max(lx(p.0)))
+    });
+    let y1 = points.iter().map(|p| p.1).fold(0.0_f64, f64::max).max(1e-9) * 1.1;
+    let span = (x1 - x0).max(1.0);
+    let px = |x: f64| PAD + (lx(x) - x0) / span * (W - 2.0 * PAD);
+    let py = |y: f64| H - PAD + 10.0 - y / y1 * (H - 2.0 * PAD);
+    svg.push_str(&format!(
+        "<line x1=\"{PAD}\" y1=\"{b}\" x2=\"{r}\" y2=\"{b}\" stroke=\"#888\"/>\
+         <line x1=\"{PAD}\" y1=\"{top}\" x2=\"{PAD}\" y2=\"{b}\" stroke=\"#888\"/>\
+         <text x=\"4\" y=\"{top2}\" font-size=\"10\">{max:.3}</text>\
+         <text x=\"4\" y=\"{b}\" font-size=\"10\">0</text>",
+        b = py(0.0),
+        r = W - PAD,
+        top = py(y1),
+        top2 = py(y1) + 10.0,
+        max = y1 / 1.1,
+    ));
+    let path: Vec<String> = points
+        .iter()
+        .map(|&(x, y)| format!("{:.1},{:.1}", px(x), py(y)))
+        .collect();
+    svg.push_str(&format!(
+        "<polyline fill=\"none\" stroke=\"#2563eb\" stroke-width=\"2\" points=\"{}\"/>",
+        path.join(" ")
+    ));
+    for &(x, y) in points {
+        let fill = if Some(x) == chosen {
+            "#dc2626"
+        } else {
+            "#2563eb"
+        };
+        svg.push_str(&format!(
+            "<circle cx=\"{:.1}\" cy=\"{:.1}\" r=\"4\" fill=\"{fill}\"/>\
+             <text x=\"{:.1}\" y=\"{:.1}\" font-size=\"10\" text-anchor=\"middle\">{x}</text>",
+            px(x),
+            py(y),
+            px(x),
+            py(0.0) + 14.0
+        ));
+    }
+    svg.push_str("</svg>");
+    svg
+}
+
+fn estimate(value: &Value, scale: f64, digits: usize) -> String {
+    match (
+        num(&value["value"]),
+        num(&value["low"]),
+        num(&value["high"]),
+    ) {
+        (Some(v), Some(lo), Some(hi)) => format!(
+            "{:.digits$} ({:.digits$}–{:.digits$}, 95%)",
+            v * scale,
+            lo * scale,
+            hi * scale
+        ),
+        _ => "-".into(),
+    }
+}
+
+/// The report of `result`.
+pub fn html(result: &Value) -> String {
+    let levels = result["levels"].as_array().cloned().unwrap_or_default();
+    let chosen = result["choice"]["concurrency"].as_f64();
+    let verdict = result["verdict"].as_str().unwrap_or("-");
+    let mut out = String::from(
+        "<!doctype html><html><head><meta charset=\"utf-8\"><title>todod feasibility</title>\
+         <style>body{font-family:system-ui,sans-serif;margin:2em;max-width:60em}\
+         table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}\
+         .go{color:#15803d}.nogo{color:#b91c1c}tr.chosen{background:#fef3c7}</style></head><body>",
+    );
+    out.push_str(&format!(
+        "<h1>Feasibility: <span class=\"{}\">{}</span></h1>",
+        if verdict == "go" { "go" } else { "nogo" },
+        escape(verdict)
+    ));
+    out.push_str(&format!(
+        "<p>Model {} at {}; prompts {} ({} usable, sample of {} with seed {}).</p>",
+        escape(result["model"].as_str().unwrap_or("-")),
+        escape(&result["endpoints"].to_string()),
+        escape(&result["prompts"].to_string()),
+        result["usable_prompts"],
+        result["sample"]["size"],
+        result["sample"]["seed"],
+    ));
+    if let Some(reasons) = result["reasons"].as_array().filter(|r| !r.is_empty()) {
+        out.push_str("<ul>");
+        for reason in reasons {
+            out.push_str(&format!(
+                "<li>{}</li>",
+                escape(reason.as_str().unwrap_or(""))
+            ));
+        }
+        out.push_str("</ul>");
+    }
+    let p = &result["projection"];
+    if p.is_object() {
+        out.push_str(&format!(
+            "<h2>Projection for {} records at concurrency {}</h2><table>\
+             <tr><th>wall time (h)</th><td>{}</td></tr>\
+             <tr><th>records/s</th><td>{}</td></tr>\
+             <tr><th>output tokens (M)</th><td>{}</td></tr>\
+             <tr><th>input tokens (M)</th><td>{}</td></tr>\
+             <tr><th>output (GB)</th><td>{}</td></tr>",
+            p["records"],
+            p["concurrency"],
+            estimate(&p["hours"], 1.0, 1),
+            estimate(&p["records_per_second"], 1.0, 2),
+            estimate(&p["output_tokens"], 1e-6, 2),
+            estimate(&p["input_tokens"], 1e-6, 2),
+            estimate(&p["bytes"], 1e-9, 3),
+        ));
+        if p["cost"].is_object() {
+            out.push_str(&format!(
+                "<tr><th>cost</th><td>{}</td></tr>",
+                estimate(&p["cost"], 1.0, 2)
+            ));
+        }
+        out.push_str("</table><p>Assumes:</p><ul>");
+        for a in p["assumptions"].as_array().cloned().unwrap_or_default() {
+            out.push_str(&format!("<li>{}</li>", escape(a.as_str().unwrap_or(""))));
+        }
+        out.push_str("</ul>");
+    }
+    if let Some(why) = result["choice"]["why"].as_str() {
+        out.push_str(&format!(
+            "<p>Chosen: concurrency {}, {}.</p>",
+            result["choice"]["concurrency"],
+            escape(why)
+        ));
+    }
+    let tps: Vec<(f64, f64)> = levels
+        .iter()
+        .filter_map(|l| {
+            Some((
+                l["concurrency"].as_f64()?,
+                l["output_tokens_per_second"].as_f64()?,
+            ))
+        })
+        .collect();
+    let p99: Vec<(f64, f64)> = levels
+        .iter()
+        .filter_map(|l| {
+            Some((
+                l["concurrency"].as_f64()?,
+                l["e2e_seconds"]["p99"].as_f64()?,
+            ))
+        })
+        .collect();
+    out.push_str("<h2>Sweep</h2><div>");
+    out.push_str(&chart("output tokens/s", "by concurrency", &tps, chosen));
+    out.push_str(&chart("p99 latency", "s, by concurrency", &p99, chosen));
+    out.push_str(
+        "</div><table><tr><th>concurrency</th><th>requests</th><th>req/s</th><th>out tok/s</th>\
+         <th>in tok/s</th><th>TTFT p50</th><th>ITL p50</th><th>e2e p50</th><th>e2e p90</th>\
+         <th>e2e p99</th><th>out len p50</th><th>out len p99</th><th>at length</th>\
+         <th>errors</th><th>bytes/rec</th></tr>",
+    );
+    for l in &levels {
+        let row_class = if l["concurrency"].as_f64() == chosen {
+            " class=\"chosen\""
+        } else {
+            ""
+        };
+        out.push_str(&format!(
+            "<tr{row_class}><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>\
+             <td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}%</td>\
+             <td>{}%</td><td>{}</td></tr>",
+            l["concurrency"],
+            l["requests"],
+            fmt(num(&l["requests_per_second"]), 2),
+            fmt(num(&l["output_tokens_per_second"]), 1),
+            fmt(num(&l["input_tokens_per_second"]), 1),
+            fmt(num(&l["ttft_seconds"]["p50"]), 3),
+            fmt(num(&l["itl_seconds"]["p50"]).map(|v| v * 1000.0), 1) + " ms",
+            fmt(num(&l["e2e_seconds"]["p50"]), 2),
+            fmt(num(&l["e2e_seconds"]["p90"]), 2),
+            fmt(num(&l["e2e_seconds"]["p99"]), 2),
+            fmt(num(&l["output_tokens"]["p50"]), 0),
+            fmt(num(&l["output_tokens"]["p99"]), 0),
+            fmt(num(&l["length_finish_share"]).map(|v| v * 100.0), 1),
+            fmt(num(&l["error_rate"]).map(|v| v * 100.0), 1),
+            fmt(num(&l["bytes_per_record"]), 0),
+        ));
+    }
+    out.push_str("</table>");
+    if let Some(why) = result["sweep_stopped"].as_str() {
+        out.push_str(&format!("<p>The sweep stopped: {}.</p>", escape(why)));
+    }
+    out.push_str("</body></html>\n");
+    out
+}
+
+/// Writes the report at `path` through the staging file: it appears whole or
+/// not at all.
+pub fn write(fs: &dyn Fs, path: &Path, html: &str, replace: bool) -> Result<(), String> {
+    let fail = |e: std::io::Error| {
+        format!(
+            "cannot write the report {}: {}",
+            path.display(),
+            crate::phase::spec::plain_io(&e)
+        )
+    };
+    let mut staged = files::stage(fs, path).map_err(fail)?;
+    staged.write_all(html.as_bytes()).map_err(fail)?;
+    staged.finish().map_err(fail)?;
+    files::publish(fs, path, replace).map_err(fail)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn the_report_escapes_what_it_shows_and_marks_the_choice() {
+        let result = json!({
+            "verdict": "no-go", "model": "<b>m</b>", "reasons": ["over <budget>"],
+            "choice": {"concurrency": 4, "why": "knee"},
+            "levels": [
+                {"concurrency": 1, "output_tokens_per_second": 10.0, "e2e_seconds": {"p99": 1.0}},
+                {"concurrency": 4, "output_tokens_per_second": 38.0, "e2e_seconds": {"p99": 1.2}},
+            ],
+        });
+        let page = html(&result);
+        assert!(page.contains("&lt;b&gt;m&lt;/b&gt;") && !page.contains("<b>m</b>"));
+        assert!(page.contains("over &lt;budget&gt;"));
+        assert!(page.contains("class=\"chosen\""));
+        assert_eq!(page.matches("<svg").count(), 2);
+        assert_eq!(page, html(&result), "the same result, the same bytes");
+    }
+}

@@ -1,0 +1,298 @@
+//! What a completed feasibility task tells the generation it vouches for:
+//! the level it chose, and the projection the running generation is held
+//! against. [`Watch`] is that check, plain logic over the progress the run
+//! reports: the rate over a trailing window and the mean output length,
+//! compared with the projected intervals; a drift that lasts is reported
+//! once, with both figures, until the run is back inside.
+use std::collections::VecDeque;
+
+use serde_json::{json, Value};
+
+use super::stats::{Estimate, Projection};
+use crate::domain::{Kind, Status, TaskId};
+use crate::store::Store;
+
+/// A completed feasibility dependency's word on a generation.
+#[derive(Debug, Clone)]
+pub struct Vouch {
+    pub task: TaskId,
+    pub concurrency: usize,
+    pub projection: Projection,
+    /// How long a drift must last before it is reported.
+    pub drift_after_seconds: f64,
+}
+
+impl Vouch {
+    fn from_result(task: TaskId, result: &str) -> Option<Vouch> {
+        let value: Value = serde_json::from_str(result).ok()?;
+        Some(Vouch {
+            task,
+            concurrency: value["choice"]["concurrency"].as_u64()? as usize,
+            projection: serde_json::from_value(value["projection"].clone()).ok()?,
+            drift_after_seconds: value["drift_after_seconds"].as_f64().unwrap_or(180.0),
+        })
+    }
+}
+
+/// The vouch of the most recently finished completed feasibility task that
+/// `task` depends on, if any.
+pub async fn of(store: &Store, task: TaskId) -> Result<Option<Vouch>, String> {
+    let me = store
+        .get_task(task)
+        .await
+        .map_err(|e| format!("cannot read the task: {e}"))?;
+    let mut best: Option<(i64, Vouch)> = None;
+    for dep in me.depends_on {
+        let t = store
+            .get_task(dep)
+            .await
+            .map_err(|e| format!("cannot read dependency {dep}: {e}"))?;
+        if t.kind != Kind::Feasibility || t.status != Status::Completed {
+            continue;
+        }
+        let Some(vouch) = t
+            .result
+            .as_deref()
+            .and_then(|r| Vouch::from_result(t.id, r))
+        else {
+            continue;
+        };
+        let at = t.finished_at.unwrap_or(0);
+        if best.as_ref().is_none_or(|(b, _)| at > *b) {
+            best = Some((at, vouch));
+        }
+    }
+    Ok(best.map(|(_, v)| v))
+}
+
+/// Tolerance around a projected interval before a figure counts as outside:
+/// a short window is noisier than the measurement it is compared with.
+const SLACK: f64 = 0.10;
+
+fn outside(actual: f64, e: &Estimate) -> bool {
+    actual < e.low.min(e.value * (1.0 - SLACK)) || actual > e.high.max(e.value * (1.0 + SLACK))
+}
+
+/// The running check of a generation against its projection.
+#[derive(Debug)]
+pub struct Watch {
+    vouch: Vouch,
+    /// Seconds of rate history the trailing rate is taken over.
+    window: f64,
+    /// (seconds since the run started, records answered, output tokens).
+    seen: VecDeque<(f64, u64, u64)>,
+    first: Option<(f64, u64, u64)>,
+    outside_since: Option<f64>,
+    reported: bool,
+}
+
+/// What one look found.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Look {
+    /// Progress fields to add.
+    pub progress: Value,
+    /// A `drift` event's payload, when a drift has lasted long enough.
+    pub drift: Option<Value>,
+}
+
+impl Watch {
+    pub fn new(vouch: Vouch) -> Watch {
+        let window = (vouch.drift_after_seconds / 2.0).clamp(5.0, 120.0);
+        Watch {
+            vouch,
+            window,
+            seen: VecDeque::new(),
+            first: None,
+            outside_since: None,
+            reported: false,
+        }
+    }
+
+    pub fn vouch(&self) -> &Vouch {
+        &self.vouch
+    }
+
+    /// Looks at the run `now` seconds after it started, with `answered`
+    /// records (written or failed) and `tokens` output tokens in total, and
+    /// `left` records still to do.
+    pub fn look(&mut self, now: f64, answered: u64, tokens: u64, left: u64) -> Look {
+        let p = &self.vouch.projection;
+        self.first.get_or_insert((now, answered, tokens));
+        self.seen.push_back((now, answered, tokens));
+        while self.seen.len() > 2 && now - self.seen[1].0 >= self.window {
+            self.seen.pop_front();
+        }
+        let mut progress = json!({
+            "feasibility": self.vouch.task.to_string(),
+            "projected_records_per_second": p.records_per_second,
+            "projected_hours": p.hours,
+            "projected_eta_seconds": (left as f64 / p.records_per_second.value.max(1e-9)) as u64,
+        });
+        let (t0, a0, k0) = self.seen[0];
+        let span = now - t0;
+        // Judge only a full window, and not the ramp-up of the run's start.
+        let first = self.first.expect("set above");
+        if span < self.window || now - first.0 < self.window || answered <= a0 {
+            self.outside_since = None;
+            return Look {
+                progress,
+                drift: None,
+            };
+        }
+        let rate = (answered - a0) as f64 / span;
+        let per_record = (tokens - k0) as f64 / (answered - a0) as f64;
+        let records = p.records.max(1) as f64;
+        let projected_length = Estimate {
+            value: p.output_tokens.value / records,
+            low: p.output_tokens.low / records,
+            high: p.output_tokens.high / records,
+        };
+        let rate_out = outside(rate, &p.records_per_second);
+        let length_out = outside(per_record, &projected_length);
+        progress["records_per_second_now"] = json!(rate);
+        progress["output_tokens_per_record_now"] = json!(per_record);
+        progress["drifting"] = json!(rate_out || length_out);
+        if !(rate_out || length_out) {
+            self.outside_since = None;
+            self.reported = false;
+            return Look {
+                progress,
+                drift: None,
+            };
+        }
+        let since = *self.outside_since.get_or_insert(now);
+        if self.reported || now - since < self.vouch.drift_after_seconds {
+            return Look {
+                progress,
+                drift: None,
+            };
+        }
+        self.reported = true;
+        let mut what = Vec::new();
+        if rate_out {
+            what.push(format!(
+                "the rate is {rate:.2} records/s against {:.2} projected ({:.2}-{:.2})",
+                p.records_per_second.value, p.records_per_second.low, p.records_per_second.high
+            ));
+        }
+        if length_out {
+            what.push(format!(
+                "the mean output is {per_record:.0} tokens a record against {:.0} projected \
+                 ({:.0}-{:.0})",
+                projected_length.value, projected_length.low, projected_length.high
+            ));
+        }
+        let reprojected = left as f64 / rate.max(1e-9) / 3600.0;
+        let drift = json!({
+            "feasibility": self.vouch.task.to_string(),
+            "message": format!(
+                "outside the projection for {:.0} s: {}; the rest is now projected at {:.2} h",
+                now - since,
+                what.join("; "),
+                reprojected
+            ),
+            "for_seconds": now - since,
+            "records_per_second": {"actual": rate, "projected": p.records_per_second},
+            "output_tokens_per_record": {"actual": per_record, "projected": projected_length},
+            "remaining_hours": {"actual_rate": reprojected, "projected": left as f64 / p.records_per_second.value.max(1e-9) / 3600.0},
+        });
+        Look {
+            progress,
+            drift: Some(drift),
+        }
+    }
+}
+
+/// The projected against the actual wall time, for the generation's result.
+pub fn outcome(vouch: &Vouch, actual_hours: f64) -> Value {
+    let h = &vouch.projection.hours;
+    json!({
+        "feasibility": vouch.task.to_string(),
+        "projected_hours": h,
+        "actual_hours": actual_hours,
+        "inside_interval": actual_hours >= h.low && actual_hours <= h.high,
+        "error": if h.value > 0.0 { actual_hours / h.value - 1.0 } else { 0.0 },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn vouch(rate: f64) -> Vouch {
+        let e = |v: f64| Estimate {
+            value: v,
+            low: v * 0.97,
+            high: v * 1.03,
+        };
+        Vouch {
+            task: TaskId(1),
+            concurrency: 4,
+            projection: Projection {
+                records: 1000,
+                concurrency: 4,
+                hours: e(1000.0 / rate / 3600.0),
+                records_per_second: e(rate),
+                output_tokens: e(100_000.0),
+                input_tokens: e(10_000.0),
+                bytes: e(1e6),
+                cost: None,
+                assumptions: vec![],
+            },
+            drift_after_seconds: 30.0,
+        }
+    }
+
+    /// Feeds the watch a run at `rate` (switching to `later` at `switch`),
+    /// 100 tokens a record, once a second; returns when it reported a drift.
+    fn run(rate: f64, later: f64, switch: f64, seconds: usize) -> Option<f64> {
+        let mut w = Watch::new(vouch(10.0));
+        let mut answered = 0.0;
+        for s in 0..seconds {
+            let t = s as f64;
+            answered += if t < switch { rate } else { later };
+            let a = answered as u64;
+            let look = w.look(t, a, a * 100, 1000u64.saturating_sub(a));
+            if look.drift.is_some() {
+                return Some(t);
+            }
+        }
+        None
+    }
+
+    #[test]
+    fn a_run_as_projected_does_not_drift() {
+        assert_eq!(run(10.0, 10.0, 0.0, 600), None);
+        // Inside the slack too.
+        assert_eq!(run(9.3, 9.3, 0.0, 600), None);
+    }
+
+    #[test]
+    fn a_halved_rate_is_reported_once_after_it_lasted() {
+        let at = run(10.0, 5.0, 100.0, 600).expect("drift reported");
+        // The trailing window must see the new rate, then it must last.
+        assert!(at > 130.0 && at < 200.0, "{at}");
+        let mut w = Watch::new(vouch(10.0));
+        let mut reports = 0;
+        for s in 0..600u64 {
+            let a = if s < 100 {
+                s * 10
+            } else {
+                1000 + (s - 100) * 5
+            };
+            reports += usize::from(w.look(s as f64, a, a * 100, 0).drift.is_some());
+        }
+        assert_eq!(reports, 1);
+    }
+
+    #[test]
+    fn longer_answers_than_projected_are_drift_too() {
+        let mut w = Watch::new(vouch(10.0));
+        let drift = (0..600u64).find_map(|s| w.look(s as f64, s * 10, s * 10 * 200, 0).drift);
+        let drift = drift.expect("reported");
+        assert!(
+            drift["message"].as_str().unwrap().contains("mean output"),
+            "{drift}"
+        );
+    }
+}

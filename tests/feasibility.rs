@@ -1,0 +1,451 @@
+//! The feasibility phase end to end, against a mock server whose capacity
+//! and output lengths are known: the knee it chooses, the projection held
+//! against the generation that follows, the warm-up of a cold server, the
+//! budget gate, drift while the generation runs, and kill -9 during a sweep.
+use std::path::Path;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use todod_e2e::gen::write_prompts;
+use todod_e2e::mock_openai::{MockOpenAi, Settings};
+use todod_e2e::{proto, transition, wait_task, write_request, Client, RealDaemon, TestDaemon};
+
+/// A server of 4 slots: about 40 ms to the first token, then 400 tokens/s a
+/// request, answers of 10 to 50 tokens. Its throughput stops growing at
+/// concurrency 4.
+fn four_slots() -> Settings {
+    Settings {
+        latency: Duration::from_millis(40),
+        tokens_per_second: 400.0,
+        capacity: 4,
+        keep_bodies: false,
+        output_tokens: Some((10, 50)),
+        ..Settings::default()
+    }
+}
+
+/// A generation of `dir/prompts.jsonl` into `dir/out.jsonl` at the level a
+/// feasibility dependency chooses.
+fn generation_spec(dir: &Path, url: &str) -> Value {
+    json!({
+        "prompts": dir.join("prompts.jsonl"),
+        "output": dir.join("out.jsonl"),
+        "endpoints": [url],
+        "model": "mock-model",
+        "max_tokens": 64,
+        "stream": true,
+        "concurrency": "auto",
+    })
+}
+
+/// A quick sweep: small windows, so that a level takes a second or two.
+fn sweep_spec(extra: Value) -> Value {
+    let mut spec = json!({
+        "window": {"min_requests": 48, "min_seconds": 1.5, "max_seconds": 30},
+        "warmup": {"requests": 2, "max_tokens": 8, "timeout_seconds": 5},
+        "seed": 42,
+        "sample_size": 200,
+    });
+    for (k, v) in extra.as_object().unwrap() {
+        spec[k] = v.clone();
+    }
+    spec
+}
+
+async fn create(
+    c: &mut Client,
+    plan: &str,
+    kind: &str,
+    spec: &Value,
+    after: &[&str],
+) -> Result<String, tonic::Status> {
+    c.write_todos(write_request(plan, vec![])).await.unwrap();
+    c.create_task(proto::CreateTaskRequest {
+        plan: plan.into(),
+        content: format!("{kind} task"),
+        kind: kind.into(),
+        spec_json: spec.to_string(),
+        depends_on: after.iter().map(|s| s.to_string()).collect(),
+        ..Default::default()
+    })
+    .await
+    .map(|r| r.into_inner().id)
+}
+
+async fn wait_ended(c: &mut Client, plan: &str, id: &str) -> proto::Task {
+    wait_task(c, plan, id, |t| {
+        ["completed", "failed", "cancelled"].contains(&t.status.as_str())
+    })
+    .await
+}
+
+fn result(task: &proto::Task) -> Value {
+    serde_json::from_str(&task.result_json)
+        .unwrap_or_else(|e| panic!("result_json {:?}: {e}", task.result_json))
+}
+
+async fn events(c: &mut Client, task: &str, kind: &str) -> Vec<proto::Event> {
+    c.list_events(proto::ListEventsRequest {
+        task_id: task.into(),
+        limit: 10_000,
+        ..Default::default()
+    })
+    .await
+    .unwrap()
+    .into_inner()
+    .events
+    .into_iter()
+    .filter(|e| e.r#type == kind)
+    .collect()
+}
+
+fn lines(path: &Path) -> usize {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_knee_is_chosen_and_the_projection_holds_for_the_generation_that_follows() {
+    let mock = MockOpenAi::start(four_slots()).await;
+    let dir = tempfile::tempdir().unwrap();
+    write_prompts(&dir.path().join("prompts.jsonl"), 600, false);
+    let report = dir.path().join("feasibility.html");
+    let daemon = TestDaemon::start().await;
+    let mut c = daemon.client().await;
+    // The feasibility task comes first and waits for the generation that
+    // depends on it; its request shape is that generation's.
+    let feasibility = create(
+        &mut c,
+        "run",
+        "feasibility",
+        &sweep_spec(json!({"report": report, "max_concurrency": 32})),
+        &[],
+    )
+    .await
+    .unwrap();
+    let generation = create(
+        &mut c,
+        "run",
+        "generation",
+        &generation_spec(dir.path(), &mock.url),
+        &[&feasibility],
+    )
+    .await
+    .unwrap();
+
+    let measured = wait_ended(&mut c, "run", &feasibility).await;
+    assert_eq!(measured.status, "completed", "{}", measured.error);
+    let r = result(&measured);
+    assert_eq!(r["verdict"], "go", "{r}");
+    assert_eq!(
+        r["choice"]["concurrency"], 4,
+        "the knee of a 4-slot server: {r:#}"
+    );
+    let levels: Vec<u64> = r["levels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["concurrency"].as_u64().unwrap())
+        .collect();
+    assert_eq!(&levels[..3], &[1, 2, 4], "{levels:?}");
+    assert!(
+        levels.len() <= 5,
+        "the sweep stops at the plateau: {levels:?}"
+    );
+    assert!(
+        r["sweep_stopped"].as_str().unwrap().contains("under 5%"),
+        "{}",
+        r["sweep_stopped"]
+    );
+    assert_eq!(r["sample"]["seed"], 42);
+    assert_eq!(r["records"], 600);
+    // The output-length distribution the mock was built with: 10 to 50.
+    let chosen = &r["levels"][2];
+    let p50 = chosen["output_tokens"]["p50"].as_f64().unwrap();
+    assert!((20.0..=40.0).contains(&p50), "median output length {p50}");
+    assert!(chosen["e2e_seconds"]["p99"].as_f64().unwrap() > 0.0);
+    assert!(chosen["ttft_seconds"]["p50"].as_f64().unwrap() >= 0.04);
+    assert!(chosen["bytes_per_record"].as_f64().unwrap() > 100.0);
+    let html = std::fs::read_to_string(&report).expect("the report is written");
+    assert!(html.contains("<svg") && html.contains("class=\"chosen\""));
+
+    let generated = wait_ended(&mut c, "run", &generation).await;
+    assert_eq!(generated.status, "completed", "{}", generated.error);
+    assert_eq!(lines(&dir.path().join("out.jsonl")), 600);
+    let g = result(&generated);
+    let p = &g["projection"];
+    let projected = p["projected_hours"]["value"].as_f64().unwrap();
+    let (low, high) = (
+        p["projected_hours"]["low"].as_f64().unwrap(),
+        p["projected_hours"]["high"].as_f64().unwrap(),
+    );
+    let actual = p["actual_hours"].as_f64().unwrap();
+    let error = actual / projected - 1.0;
+    println!(
+        "projected {:.1} s ({:.1}-{:.1}), actual {:.1} s, error {:+.1}%",
+        projected * 3600.0,
+        low * 3600.0,
+        high * 3600.0,
+        actual * 3600.0,
+        error * 100.0
+    );
+    assert!(
+        error.abs() <= 0.10,
+        "projection off by {:+.1}%: {p}",
+        error * 100.0
+    );
+    assert!(
+        low <= actual && actual <= high,
+        "actual {actual} outside the interval: {p}"
+    );
+    assert_eq!(p["inside_interval"], true);
+    // The live progress carried the projection too.
+    let detail: Value = serde_json::from_str(&generated.progress.unwrap().detail_json).unwrap();
+    assert_eq!(detail["feasibility"], feasibility.as_str());
+    assert!(
+        detail["projected_records_per_second"]["value"]
+            .as_f64()
+            .unwrap()
+            > 0.0
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cold_server_is_warmed_up_without_counting_or_hanging() {
+    // A thinking model: its first two answers take 30 s and run long.
+    let mock = MockOpenAi::start(Settings {
+        cold_requests: 2,
+        cold_latency: Duration::from_secs(30),
+        cold_tokens: 2000,
+        latency: Duration::from_millis(20),
+        ..Settings::default()
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    write_prompts(&dir.path().join("prompts.jsonl"), 50, false);
+    let daemon = TestDaemon::start().await;
+    let mut c = daemon.client().await;
+    let spec = sweep_spec(json!({
+        "prompts": dir.path().join("prompts.jsonl"),
+        "endpoints": [mock.url],
+        "model": "mock-model",
+        "concurrency": [2],
+        "warmup": {"requests": 2, "max_tokens": 8, "timeout_seconds": 1},
+        "window": {"min_requests": 20, "min_seconds": 0.5, "max_seconds": 30},
+    }));
+    let id = create(&mut c, "cold", "feasibility", &spec, &[])
+        .await
+        .unwrap();
+    let started = std::time::Instant::now();
+    let task = wait_ended(&mut c, "cold", &id).await;
+    assert_eq!(task.status, "completed", "{}", task.error);
+    assert!(
+        started.elapsed() < Duration::from_secs(25),
+        "the warm-up waited for the cold answers"
+    );
+    let r = result(&task);
+    let notes = r["warmup"]["notes"].to_string();
+    assert!(notes.contains("timed out"), "{notes}");
+    let level = &r["levels"][0];
+    assert!(
+        level["e2e_seconds"]["p99"].as_f64().unwrap() < 5.0,
+        "a cold answer was counted: {level}"
+    );
+    assert!(
+        level["output_tokens"]["p99"].as_f64().unwrap() < 100.0,
+        "{level}"
+    );
+    assert_eq!(level["error_rate"], 0.0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_budget_the_projection_exceeds_stops_the_generation_until_a_retry() {
+    let mock = MockOpenAi::start(four_slots()).await;
+    let dir = tempfile::tempdir().unwrap();
+    write_prompts(&dir.path().join("prompts.jsonl"), 100, false);
+    let daemon = TestDaemon::start().await;
+    let mut c = daemon.client().await;
+    let tight = sweep_spec(json!({
+        "concurrency": [2, 4],
+        "budget": {"max_hours": 0.000_01},
+        "window": {"min_requests": 20, "min_seconds": 0.5, "max_seconds": 30},
+    }));
+    let feasibility = create(&mut c, "gate", "feasibility", &tight, &[])
+        .await
+        .unwrap();
+    let generation = create(
+        &mut c,
+        "gate",
+        "generation",
+        &generation_spec(dir.path(), &mock.url),
+        &[&feasibility],
+    )
+    .await
+    .unwrap();
+    let refused = wait_ended(&mut c, "gate", &feasibility).await;
+    assert_eq!(refused.status, "failed");
+    assert!(
+        refused.error.contains("no-go") && refused.error.contains("over the budget"),
+        "{}",
+        refused.error
+    );
+    // The figures it decided on stay with it.
+    let r = result(&refused);
+    assert_eq!(r["verdict"], "no-go");
+    assert_eq!(r["levels"].as_array().unwrap().len(), 2);
+    let blocked = c
+        .get_task(proto::GetTaskRequest {
+            id: generation.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(blocked.status, "pending");
+    assert_eq!(blocked.readiness, "blocked_by_failure");
+    assert!(!dir.path().join("out.jsonl").exists());
+
+    // A person raises the budget and retries: it measures again and goes.
+    let mut loose = tight.clone();
+    loose["budget"] = json!({"max_hours": 10});
+    c.update_task(proto::UpdateTaskRequest {
+        id: feasibility.clone(),
+        spec_json: Some(loose.to_string()),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    c.transition_task(transition(&feasibility, "pending"))
+        .await
+        .unwrap();
+    let passed = wait_ended(&mut c, "gate", &feasibility).await;
+    assert_eq!(passed.status, "completed", "{}", passed.error);
+    assert_eq!(result(&passed)["verdict"], "go");
+    // Each run's result stays in the history.
+    assert_eq!(events(&mut c, &feasibility, "result").await.len(), 2);
+    let generated = wait_ended(&mut c, "gate", &generation).await;
+    assert_eq!(generated.status, "completed", "{}", generated.error);
+    assert_eq!(lines(&dir.path().join("out.jsonl")), 100);
+}
+
+/// Runs a feasibility task at concurrency 4 and the generation it vouches
+/// for, halving the mock's capacity once `halve_after` records are written
+/// (or never); returns the generation's drift events.
+async fn generation_held_to_its_projection(halve_after: Option<i64>) -> Vec<proto::Event> {
+    let mock = MockOpenAi::start(four_slots()).await;
+    let dir = tempfile::tempdir().unwrap();
+    write_prompts(&dir.path().join("prompts.jsonl"), 700, false);
+    let daemon = TestDaemon::start().await;
+    let mut c = daemon.client().await;
+    let spec = sweep_spec(json!({"concurrency": [4], "drift_after_seconds": 2}));
+    let feasibility = create(&mut c, "drift", "feasibility", &spec, &[])
+        .await
+        .unwrap();
+    let generation = create(
+        &mut c,
+        "drift",
+        "generation",
+        &generation_spec(dir.path(), &mock.url),
+        &[&feasibility],
+    )
+    .await
+    .unwrap();
+    if let Some(after) = halve_after {
+        wait_task(&mut c, "drift", &generation, |t| {
+            t.progress.as_ref().is_some_and(|p| p.done >= after)
+        })
+        .await;
+        mock.set_capacity(2).await;
+    }
+    let done = wait_ended(&mut c, "drift", &generation).await;
+    assert_eq!(done.status, "completed", "{}", done.error);
+    events(&mut c, &generation, "drift").await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drift_is_reported_when_the_server_loses_half_its_capacity() {
+    let drifts = generation_held_to_its_projection(Some(300)).await;
+    assert_eq!(drifts.len(), 1, "{drifts:?}");
+    let drift: Value = serde_json::from_str(&drifts[0].new_value).unwrap();
+    let actual = drift["records_per_second"]["actual"].as_f64().unwrap();
+    let projected = drift["records_per_second"]["projected"]["value"]
+        .as_f64()
+        .unwrap();
+    assert!(actual < projected * 0.8, "{drift}");
+    assert!(
+        drift["message"].as_str().unwrap().contains("projected"),
+        "{drift}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_drift_is_reported_when_the_server_stays_as_measured() {
+    let drifts = generation_held_to_its_projection(None).await;
+    assert!(drifts.is_empty(), "{drifts:?}");
+}
+
+/// kill -9 of the real daemon in the middle of a sweep: the next daemon
+/// finishes it, keeps the levels measured before, measures the interrupted
+/// one again whole, and every level is one run's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sweep_killed_midway_finishes_with_each_level_from_one_run() {
+    let mock = MockOpenAi::start(four_slots()).await;
+    let dir = tempfile::tempdir().unwrap();
+    write_prompts(&dir.path().join("prompts.jsonl"), 200, false);
+    let state = tempfile::tempdir().unwrap();
+    let mut daemon = RealDaemon::spawn(state.path());
+    let mut c = daemon.client().await;
+    let spec = sweep_spec(json!({
+        "prompts": dir.path().join("prompts.jsonl"),
+        "endpoints": [mock.url],
+        "model": "mock-model",
+        "stream": true,
+        "concurrency": [1, 2, 4, 8],
+    }));
+    let id = create(&mut c, "kill", "feasibility", &spec, &[])
+        .await
+        .unwrap();
+    // Kill while level 2 (the second) is being measured.
+    wait_task(&mut c, "kill", &id, |t| {
+        t.progress.as_ref().is_some_and(|p| {
+            serde_json::from_str::<Value>(&p.detail_json)
+                .is_ok_and(|d| d["stage"] == "measuring" && d["concurrency"] == 2)
+        })
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    daemon.kill9();
+    let mut daemon = RealDaemon::spawn(state.path());
+    let mut c = daemon.client().await;
+    let task = wait_ended(&mut c, "kill", &id).await;
+    assert_eq!(task.status, "completed", "{}", task.error);
+    let r = result(&task);
+    let by: Vec<(u64, String)> = r["measured_by"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| {
+            (
+                m["concurrency"].as_u64().unwrap(),
+                m["attempt"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        by.iter().map(|(c, _)| *c).collect::<Vec<_>>(),
+        vec![1, 2, 4, 8],
+        "each level once: {by:?}"
+    );
+    let run_of = |attempt: &str| attempt.rsplit_once('.').unwrap().0.to_string();
+    assert_ne!(
+        run_of(&by[0].1),
+        run_of(&by[1].1),
+        "level 1 is the first daemon's, level 2 the second's: {by:?}"
+    );
+    assert!(by[1..].iter().all(|(_, a)| run_of(a) == run_of(&by[1].1)));
+    for level in r["levels"].as_array().unwrap() {
+        assert!(level["requests"].as_u64().unwrap() >= 48, "{level}");
+    }
+    daemon.terminate();
+}
