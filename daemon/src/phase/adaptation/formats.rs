@@ -11,7 +11,6 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
-use sha2::{Digest, Sha256};
 
 use super::rendered::{self, Family};
 
@@ -66,12 +65,10 @@ pub struct Reading {
 /// The roles a conversation may hold once read.
 pub const ROLES: &[&str] = &["system", "user", "assistant", "tool", "developer"];
 
-/// A stable id for a line that has none: the first 16 hex digits of its
-/// sha256, so that the same line gets the same id in any file, and an
-/// identical line is found as a duplicate.
-pub fn derived_id(bytes: &[u8]) -> String {
-    let digest = Sha256::digest(bytes);
-    format!("h{}", &crate::phase::files::hex(&digest)[..16])
+/// The id of a line that names none: its line number, as a generation
+/// names such a prompt (`line-N`), stable for the file.
+pub fn derived_id(number: u64) -> String {
+    format!("line-{number}")
 }
 
 /// The format of a parsed line, from its fields.
@@ -95,14 +92,21 @@ pub fn detect(object: &Map<String, Value>) -> Option<Format> {
 
 /// The id of a line as the format names it, for finding duplicates before
 /// the pass starts.
+/// The id a line names, if any (a line without one is told apart by its
+/// number).
 pub fn line_id(bytes: &[u8], reading: &Reading) -> Option<String> {
     let value: Value = serde_json::from_slice(bytes).ok()?;
     let object = value.as_object()?;
     let format = reading.format.or_else(|| detect(object))?;
-    id_of(object, format, bytes).ok()
+    let key = if format == Format::Batch {
+        "custom_id"
+    } else {
+        "id"
+    };
+    object.get(key).and_then(crate::phase::lines::id_text)
 }
 
-fn id_of(object: &Map<String, Value>, format: Format, bytes: &[u8]) -> Result<String, String> {
+fn id_of(object: &Map<String, Value>, format: Format, number: u64) -> Result<String, String> {
     let key = if format == Format::Batch {
         "custom_id"
     } else {
@@ -110,7 +114,7 @@ fn id_of(object: &Map<String, Value>, format: Format, bytes: &[u8]) -> Result<St
     };
     match object.get(key) {
         None if format == Format::Batch => Err("custom_id: missing".into()),
-        None => Ok(derived_id(bytes)),
+        None => Ok(derived_id(number)),
         Some(v) => crate::phase::lines::id_text(v)
             .ok_or_else(|| format!("{key} is {v}, not a string or number")),
     }
@@ -161,7 +165,7 @@ fn sharegpt_role(from: &str, map: &BTreeMap<String, String>) -> Option<String> {
 }
 
 /// Reads one line into a conversation, or why not.
-pub fn read(bytes: &[u8], reading: &Reading) -> Result<Conversation, String> {
+pub fn read(bytes: &[u8], number: u64, reading: &Reading) -> Result<Conversation, String> {
     let text = std::str::from_utf8(bytes).map_err(|_| "not valid UTF-8".to_string())?;
     if text.trim().is_empty() {
         return Err("blank line".into());
@@ -179,7 +183,7 @@ pub fn read(bytes: &[u8], reading: &Reading) -> Result<Conversation, String> {
                     .into(),
             ),
         };
-    let id = id_of(&object, format, bytes)?;
+    let id = id_of(&object, format, number)?;
     let messages = match format {
         Format::Openai => chat_messages(object.get("messages"), "messages")?,
         Format::Batch => {
@@ -277,7 +281,7 @@ mod tests {
     use super::*;
 
     fn read_str(line: &str) -> Result<Conversation, String> {
-        read(line.as_bytes(), &Reading::default())
+        read(line.as_bytes(), 7, &Reading::default())
     }
 
     #[test]
@@ -299,7 +303,7 @@ mod tests {
         assert_eq!(share.messages, want);
         let alpaca = read_str(r#"{"instruction": "Sum", "input": "1 2", "output": "3"}"#).unwrap();
         assert_eq!(alpaca.messages[0].content, "Sum\n\n1 2");
-        assert!(alpaca.id.starts_with('h') && alpaca.id.len() == 17);
+        assert_eq!(alpaca.id, "line-7");
         let prompt = read_str(r#"{"prompt": "hi"}"#).unwrap();
         assert_eq!(prompt.messages, want);
     }

@@ -246,12 +246,18 @@ impl RecordPhase for Adaptation {
     type Output = Result<Adapted, String>;
     type Stats = Stats;
 
+    /// The generation that takes these prompts refuses longer lines, so
+    /// they are refused here, before any GPU time is spent.
+    fn max_line_bytes(&self) -> usize {
+        crate::phase::generation::prompts::MAX_LINE_BYTES
+    }
+
     fn record_id(&self, line: &[u8]) -> Option<String> {
         formats::line_id(line, &self.reading)
     }
 
-    fn parse(&self, bytes: &[u8], _number: u64) -> Result<Conversation, String> {
-        formats::read(bytes, &self.reading)
+    fn parse(&self, bytes: &[u8], number: u64) -> Result<Conversation, String> {
+        formats::read(bytes, number, &self.reading)
     }
 
     fn write(

@@ -1,0 +1,336 @@
+//! The prompt-adaptation phase end to end, on the shared prompt fixtures:
+//! one conversation set in four formats adapts to the same messages, text
+//! rendered with Qwen3's template parses back into them and renders again
+//! byte for byte, bad lines are rejected with their reasons, and kill -9
+//! during a long adaptation leaves the output byte-identical.
+use std::path::{Path, PathBuf};
+
+use serde_json::{json, Value};
+use todod_e2e::fixtures::fixture;
+use todod_e2e::rng::TestRng;
+use todod_e2e::{proto, wait_task, write_request, Client, RealDaemon, TestDaemon};
+
+async fn create(c: &mut Client, plan: &str, spec: &Value) -> String {
+    c.write_todos(write_request(plan, vec![])).await.unwrap();
+    c.create_task(proto::CreateTaskRequest {
+        plan: plan.into(),
+        content: "adapt prompts".into(),
+        kind: "prompt_adaptation".into(),
+        spec_json: spec.to_string(),
+        ..Default::default()
+    })
+    .await
+    .unwrap_or_else(|e| panic!("create: {e}"))
+    .into_inner()
+    .id
+}
+
+async fn ended(c: &mut Client, plan: &str, id: &str) -> proto::Task {
+    wait_task(c, plan, id, |t| {
+        ["completed", "failed"].contains(&t.status.as_str())
+    })
+    .await
+}
+
+fn lines(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// Adapts `input` with `extra` spec fields into `dir/NAME.jsonl`; returns
+/// the task and the output lines.
+async fn adapt(
+    c: &mut Client,
+    dir: &Path,
+    name: &str,
+    input: PathBuf,
+    extra: Value,
+) -> (proto::Task, Vec<Value>) {
+    let output = dir.join(format!("{name}.jsonl"));
+    let mut spec = json!({"input": input, "output": output, "threads": 2});
+    for (k, v) in extra.as_object().unwrap() {
+        spec[k] = v.clone();
+    }
+    let id = create(c, name, &spec).await;
+    let task = ended(c, name, &id).await;
+    (task, lines(&output))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_conversation_set_in_four_formats_adapts_to_the_same_messages() {
+    let daemon = TestDaemon::start().await;
+    let mut c = daemon.client().await;
+    let dir = tempfile::tempdir().unwrap();
+    let keep = json!({"system_prompt": {"policy": "keep"}});
+    let (openai_task, openai) = adapt(
+        &mut c,
+        dir.path(),
+        "openai",
+        fixture("prompts/openai_messages.jsonl"),
+        keep.clone(),
+    )
+    .await;
+    let (sharegpt_task, sharegpt) = adapt(
+        &mut c,
+        dir.path(),
+        "sharegpt",
+        fixture("prompts/sharegpt.jsonl"),
+        keep.clone(),
+    )
+    .await;
+    let (alpaca_task, alpaca) = adapt(
+        &mut c,
+        dir.path(),
+        "alpaca",
+        fixture("prompts/alpaca.jsonl"),
+        keep.clone(),
+    )
+    .await;
+    let mut rendered_spec = keep.clone();
+    rendered_spec["rendered_family"] = json!("chatml");
+    let (rendered_task, rendered) = adapt(
+        &mut c,
+        dir.path(),
+        "rendered",
+        fixture("prompts/qwen3_rendered.jsonl"),
+        rendered_spec,
+    )
+    .await;
+    for task in [&openai_task, &sharegpt_task, &alpaca_task, &rendered_task] {
+        assert_eq!(task.status, "completed", "{}", task.error);
+    }
+    assert_eq!(openai.len(), 300);
+    // ShareGPT and the rendered text give exactly the OpenAI messages, ids kept.
+    assert_eq!(sharegpt, openai, "sharegpt");
+    assert_eq!(
+        rendered, openai,
+        "qwen3_rendered parses back into its messages"
+    );
+    // Alpaca has no system prompt and no turns: its instruction, then its input.
+    let source: Vec<Value> = lines(&fixture("prompts/alpaca.jsonl"));
+    assert_eq!(alpaca.len(), 300);
+    for ((adapted, line), messages) in alpaca.iter().zip(&source).zip(&openai) {
+        let instruction = line["instruction"].as_str().unwrap();
+        let input = line["input"].as_str().unwrap();
+        let want = if input.is_empty() {
+            instruction.to_string()
+        } else {
+            format!("{instruction}\n\n{input}")
+        };
+        assert_eq!(
+            adapted["messages"],
+            json!([{"role": "user", "content": want}])
+        );
+        let first_user = messages["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["role"] == "user")
+            .unwrap();
+        assert_eq!(first_user["content"], instruction);
+        assert!(adapted["id"].as_str().is_some_and(|id| !id.is_empty()));
+    }
+    // Counts in the result are the files' counts.
+    let result: Value = serde_json::from_str(&openai_task.result_json).unwrap();
+    assert_eq!(result["records"], 300);
+    assert_eq!(result["formats"]["openai"], 300);
+    let roles: usize = openai
+        .iter()
+        .map(|l| l["messages"].as_array().unwrap().len())
+        .sum();
+    let counted: u64 = result["roles"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|v| v.as_u64().unwrap())
+        .sum();
+    assert_eq!(counted as usize, roles);
+    assert_eq!(result["system_prompts"]["kept"], 149 + 38);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rendering_with_qwen3s_template_gives_transformers_bytes() {
+    let daemon = TestDaemon::start().await;
+    let mut c = daemon.client().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (task, rendered) = adapt(
+        &mut c,
+        dir.path(),
+        "qwen3",
+        fixture("prompts/openai_messages.jsonl"),
+        json!({
+            "output_format": "rendered",
+            "chat_template": fixture("chat_templates/Qwen-Qwen3-0.6B.jinja"),
+            "template_variables": {"enable_thinking": false},
+            "system_prompt": {"policy": "keep"},
+            "now": "2026-01-15",
+        }),
+    )
+    .await;
+    assert_eq!(task.status, "completed", "{}", task.error);
+    let golden = lines(&fixture("prompts/qwen3_rendered.jsonl"));
+    assert_eq!(rendered.len(), golden.len());
+    for (ours, theirs) in rendered.iter().zip(&golden) {
+        assert_eq!(ours["id"], theirs["id"]);
+        assert_eq!(ours["prompt"], theirs["text"], "{}", ours["id"]);
+    }
+    let result: Value = serde_json::from_str(&task.result_json).unwrap();
+    let source = std::fs::read(fixture("chat_templates/Qwen-Qwen3-0.6B.jinja")).unwrap();
+    use sha2::Digest;
+    let sha: String = sha2::Sha256::digest(&source)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    assert_eq!(result["template_sha256"], sha);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_bad_line_is_rejected_with_its_reason_and_the_good_ones_adapted() {
+    let daemon = TestDaemon::start().await;
+    let mut c = daemon.client().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (task, adapted) = adapt(
+        &mut c,
+        dir.path(),
+        "bad",
+        fixture("prompts/bad_lines.jsonl"),
+        json!({}),
+    )
+    .await;
+    // 12 of 14 lines rejected: over the limit, so the phase fails with the
+    // counts, and the pipeline stops before generation.
+    let rejects = lines(&dir.path().join("bad.jsonl.rejects.jsonl"));
+    let ids: Vec<&str> = adapted.iter().map(|l| l["id"].as_str().unwrap()).collect();
+    assert_eq!(ids, ["ok1", "ok2"], "{rejects:#?}");
+    assert_eq!(task.status, "failed");
+    assert!(
+        task.error.contains("12 of 14 lines were rejected"),
+        "{}",
+        task.error
+    );
+    let reasons: Vec<(u64, String)> = rejects
+        .iter()
+        .map(|r| {
+            (
+                r["line"].as_u64().unwrap(),
+                r["reason"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    let expect = [
+        (2, "blank"),
+        (3, "blank"),
+        (4, "not JSON"),
+        (5, "object"),
+        (6, "messages"),
+        (7, "messages"),
+        (8, "wizard"),
+        (9, "content"),
+        (10, "UTF-8"),
+        (11, "duplicate"),
+        (12, "bytes"),
+        (13, "id"),
+    ];
+    assert_eq!(reasons.len(), expect.len(), "{reasons:#?}");
+    for ((line, reason), (want_line, words)) in reasons.iter().zip(expect) {
+        assert_eq!(*line, want_line, "{reasons:#?}");
+        assert!(
+            reason.contains(words),
+            "line {line}: {reason:?} should say {words:?}"
+        );
+    }
+}
+
+/// `n` conversations from the fixtures, each with an id of its own.
+fn write_many(path: &Path, n: usize) {
+    let base = lines(&fixture("prompts/openai_messages.jsonl"));
+    let mut text = String::new();
+    for i in 0..n {
+        let mut line = base[i % base.len()].clone();
+        line["id"] = json!(format!("c{i}"));
+        text.push_str(&format!("{line}\n"));
+    }
+    std::fs::write(path, text).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_adaptation_killed_again_and_again_writes_the_same_bytes() {
+    const LINES: usize = 80_000;
+    const KILLS: usize = 20;
+    let mut rng = TestRng::new("an_adaptation_killed_again_and_again");
+    let data = tempfile::tempdir().unwrap();
+    let input = data.path().join("prompts.jsonl");
+    write_many(&input, LINES);
+    let spec = |output: &Path| {
+        json!({
+            "input": input, "output": output, "output_format": "rendered",
+            "chat_template": fixture("chat_templates/Qwen-Qwen3-0.6B.jinja"),
+            "template_variables": {"enable_thinking": false}, "now": "2026-01-15",
+            "threads": 2,
+        })
+    };
+    let reference = data.path().join("reference.jsonl");
+    let state = tempfile::tempdir().unwrap();
+    let mut daemon = RealDaemon::spawn(state.path());
+    let mut c = daemon.client().await;
+    let id = create(&mut c, "ref", &spec(&reference)).await;
+    let expected = ended(&mut c, "ref", &id).await;
+    assert_eq!(expected.status, "completed", "{}", expected.error);
+    daemon.terminate();
+
+    let killed = data.path().join("killed.jsonl");
+    let state = tempfile::tempdir().unwrap();
+    let mut daemon = RealDaemon::spawn(state.path());
+    let mut c = daemon.client().await;
+    let id = create(&mut c, "kill", &spec(&killed)).await;
+    let mut kills = 0;
+    let mut done_at_kill: Vec<i64> = Vec::new();
+    while kills < KILLS {
+        let last = done_at_kill.last().copied().unwrap_or(0);
+        let now = wait_task(&mut c, "kill", &id, |t| {
+            t.status != "pending" && t.status != "in_progress"
+                || t.progress.as_ref().is_some_and(|p| p.done > last)
+        })
+        .await;
+        if now.status != "in_progress" && now.status != "pending" {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(rng.below(200))).await;
+        done_at_kill.push(
+            c.get_task(proto::GetTaskRequest { id: id.clone() })
+                .await
+                .unwrap()
+                .into_inner()
+                .progress
+                .map_or(0, |p| p.done),
+        );
+        daemon.kill9();
+        kills += 1;
+        daemon = RealDaemon::spawn(state.path());
+        c = daemon.client().await;
+    }
+    let task = ended(&mut c, "kill", &id).await;
+    daemon.terminate();
+    println!("{kills} kills at {done_at_kill:?} ({})", rng.replay());
+    assert_eq!(task.status, "completed", "{}", task.error);
+    assert!(
+        kills >= KILLS,
+        "the run ended after {kills} kills ({})",
+        rng.replay()
+    );
+    let (a, b) = (
+        std::fs::read(&reference).unwrap(),
+        std::fs::read(&killed).unwrap(),
+    );
+    assert!(
+        a == b,
+        "the output differs after {kills} kills ({})",
+        rng.replay()
+    );
+    let result: Value = serde_json::from_str(&task.result_json).unwrap();
+    assert_eq!(result["records"], LINES);
+    assert_eq!(b.iter().filter(|&&c| c == b'\n').count(), LINES);
+}
