@@ -339,6 +339,7 @@ mod tests {
         reading.role_map.insert("wizard".into(), "assistant".into());
         let ok = read(
             br#"{"id": "x", "conversations": [{"from": "human", "value": "a"}, {"from": "wizard", "value": "b"}]}"#,
+            1,
             &reading,
         )
         .unwrap();
