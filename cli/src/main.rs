@@ -20,6 +20,7 @@ mod commands;
 mod error;
 mod graph;
 mod json;
+mod phase_view;
 mod render;
 mod safe;
 mod todo_input;

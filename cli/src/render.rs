@@ -310,7 +310,14 @@ pub fn task_details(t: &Task, events: &[Event]) -> String {
     field("started", &t.started_at);
     field("finished", &t.finished_at);
     json_block(&mut out, "spec", &t.spec_json);
-    json_block(&mut out, "result", &t.result_json);
+    // A phase's result reads better summarized; --json gives all of it.
+    match crate::phase_view::summary(&t.kind, &t.result_json) {
+        Some(summary) => {
+            out.push_str("  result:\n");
+            out.push_str(&summary);
+        }
+        None => json_block(&mut out, "result", &t.result_json),
+    }
     if events.is_empty() {
         out.push_str("history: none\n");
     } else {

@@ -1,0 +1,299 @@
+//! What a phase task's result says, for a person: a feasibility sweep as a
+//! table with a chart of tokens/s and p99 latency against concurrency, the
+//! projection and the verdict; a tokenization's counts and length histogram;
+//! an adaptation's or a generation's counts. Pure functions from the result
+//! JSON to lines; `None` when the result is not one of these.
+use std::fmt::Write as _;
+
+use serde_json::Value;
+
+use crate::safe::escape;
+
+fn f(v: &Value) -> Option<f64> {
+    v.as_f64()
+}
+
+fn bar(value: f64, max: f64, width: usize) -> String {
+    let n = if max > 0.0 {
+        ((value / max) * width as f64).round() as usize
+    } else {
+        0
+    };
+    "#".repeat(n.min(width))
+}
+
+fn interval(e: &Value, scale: f64, unit: &str, digits: usize) -> String {
+    match (f(&e["value"]), f(&e["low"]), f(&e["high"])) {
+        (Some(v), Some(lo), Some(hi)) => format!(
+            "{:.digits$} {unit} ({:.digits$}-{:.digits$}, 95%)",
+            v * scale,
+            lo * scale,
+            hi * scale
+        ),
+        _ => "-".into(),
+    }
+}
+
+/// The summary of `result` for a task of `kind`.
+pub fn summary(kind: &str, result: &str) -> Option<String> {
+    let v: Value = serde_json::from_str(result).ok()?;
+    match kind {
+        "feasibility" => Some(feasibility(&v)),
+        "tokenization" => Some(tokenization(&v)),
+        "prompt_adaptation" => Some(adaptation(&v)),
+        "generation" => Some(generation(&v)),
+        _ => None,
+    }
+}
+
+fn feasibility(v: &Value) -> String {
+    let mut out = String::new();
+    let verdict = v["verdict"].as_str().unwrap_or("-");
+    let _ = writeln!(out, "  verdict     {}", verdict.to_uppercase());
+    for reason in v["reasons"].as_array().into_iter().flatten() {
+        let _ = writeln!(out, "    - {}", escape(reason.as_str().unwrap_or("")));
+    }
+    let chosen = v["choice"]["concurrency"].as_u64();
+    if let Some(c) = chosen {
+        let why = v["choice"]["why"].as_str().unwrap_or("");
+        let _ = writeln!(out, "  chosen      concurrency {c}: {}", escape(why));
+    }
+    let p = &v["projection"];
+    if p.is_object() {
+        let _ = writeln!(
+            out,
+            "  projection  {} records: {}",
+            p["records"],
+            interval(&p["hours"], 1.0, "h", 1)
+        );
+        let _ = writeln!(
+            out,
+            "              {}, {}",
+            interval(&p["output_tokens"], 1e-6, "M output tokens", 1),
+            interval(&p["bytes"], 1e-9, "GB", 2)
+        );
+        if p["cost"].is_object() {
+            let _ = writeln!(
+                out,
+                "              cost {}",
+                interval(&p["cost"], 1.0, "", 0)
+            );
+        }
+    }
+    let levels = v["levels"].as_array().cloned().unwrap_or_default();
+    if !levels.is_empty() {
+        let best = levels
+            .iter()
+            .filter_map(|l| f(&l["output_tokens_per_second"]))
+            .fold(0.0, f64::max);
+        let slowest = levels
+            .iter()
+            .filter_map(|l| f(&l["e2e_seconds"]["p99"]))
+            .fold(0.0, f64::max);
+        let _ = writeln!(
+            out,
+            "  sweep        conc   req/s   out tok/s  p50 s   p99 s  err%  tok/s {:<12} p99 {:<12}",
+            "", ""
+        );
+        for l in &levels {
+            let c = l["concurrency"].as_u64().unwrap_or(0);
+            let tps = f(&l["output_tokens_per_second"]).unwrap_or(0.0);
+            let p99 = f(&l["e2e_seconds"]["p99"]).unwrap_or(0.0);
+            let mark = if Some(c) == chosen { '*' } else { ' ' };
+            let _ = writeln!(
+                out,
+                "             {mark}{c:>4} {:>7.2} {:>11.1} {:>6.2} {:>7.2} {:>5.1}  {:<18} {:<16}",
+                f(&l["requests_per_second"]).unwrap_or(0.0),
+                tps,
+                f(&l["e2e_seconds"]["p50"]).unwrap_or(0.0),
+                p99,
+                f(&l["error_rate"]).unwrap_or(0.0) * 100.0,
+                bar(tps, best, 18),
+                bar(p99, slowest, 16),
+            );
+        }
+    }
+    if let Some(why) = v["sweep_stopped"].as_str() {
+        let _ = writeln!(out, "  stopped     {}", escape(why));
+    }
+    let _ = writeln!(
+        out,
+        "  sample      {} prompts, seed {}",
+        v["sample"]["size"], v["sample"]["seed"]
+    );
+    out
+}
+
+fn tokenization(v: &Value) -> String {
+    let mut out = String::new();
+    let dropped: Vec<String> = v["dropped"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .map(|(k, n)| format!("{n} {k}"))
+        .collect();
+    let _ = writeln!(
+        out,
+        "  records     {} ({} tokens, {} trained on, {} masked)",
+        v["records"], v["tokens"], v["trained_tokens"], v["masked_tokens"]
+    );
+    let _ = writeln!(
+        out,
+        "  set aside   {} rejected, dropped: {}",
+        v["rejected"],
+        if dropped.is_empty() {
+            "none".into()
+        } else {
+            dropped.join(", ")
+        }
+    );
+    if v["straddling_tokens"].as_u64().unwrap_or(0) > 0 {
+        let _ = writeln!(
+            out,
+            "  straddling  {} tokens cross the edge of a trained span (not trained on)",
+            v["straddling_tokens"]
+        );
+    }
+    let buckets: Vec<(u64, u64)> = v["length_histogram"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|b| Some((b[0].as_u64()?, b[1].as_u64()?)))
+        .collect();
+    let most = buckets.iter().map(|b| b.1).max().unwrap_or(0);
+    if !buckets.is_empty() {
+        let _ = writeln!(
+            out,
+            "  lengths     (tokens: records; max {})",
+            v["max_length"]
+        );
+        for (k, n) in buckets {
+            let (lo, hi) = if k == 0 {
+                (0, 1)
+            } else {
+                (1u64 << k, (1u64 << (k + 1)) - 1)
+            };
+            let _ = writeln!(
+                out,
+                "    {:>15} {:>9}  {}",
+                format!("{lo}-{hi}"),
+                n,
+                bar(n as f64, most as f64, 30)
+            );
+        }
+    }
+    for key in ["bin", "idx", "parquet", "manifest"] {
+        if let Some(path) = v[key].as_str() {
+            let _ = writeln!(out, "  {key:<11} {}", escape(path));
+        }
+    }
+    out
+}
+
+fn adaptation(v: &Value) -> String {
+    let mut out = String::new();
+    let join = |o: &Value| -> String {
+        o.as_object()
+            .into_iter()
+            .flatten()
+            .map(|(k, n)| format!("{k} {n}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let _ = writeln!(
+        out,
+        "  prompts     {} adapted, {} rejected",
+        v["records"], v["rejected"]
+    );
+    let _ = writeln!(out, "  formats     {}", join(&v["formats"]));
+    let _ = writeln!(out, "  roles       {}", join(&v["roles"]));
+    let _ = writeln!(out, "  system      {}", join(&v["system_prompts"]));
+    if v["prompt_tokens"].is_object() {
+        let t = &v["prompt_tokens"];
+        let _ = writeln!(
+            out,
+            "  tokens      p50 {} p99 {} max {}",
+            t["p50"], t["p99"], t["max"]
+        );
+    }
+    if let Some(sha) = v["template_sha256"].as_str() {
+        let _ = writeln!(out, "  template    sha256 {sha}");
+    }
+    if let Some(path) = v["output"].as_str() {
+        let _ = writeln!(out, "  output      {}", escape(path));
+    }
+    out
+}
+
+fn generation(v: &Value) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "  records     {} written, {} failed, {} rejected, {} ended at length",
+        v["records"], v["failed"], v["rejected"], v["length_finishes"]
+    );
+    let _ = writeln!(
+        out,
+        "  tokens      {} out, {} in",
+        v["tokens"], v["prompt_tokens"]
+    );
+    let p = &v["projection"];
+    if p.is_object() {
+        let _ = writeln!(
+            out,
+            "  projected   {} (feasibility {}); actual {:.2} h{}",
+            interval(&p["projected_hours"], 1.0, "h", 2),
+            p["feasibility"].as_str().unwrap_or("-"),
+            f(&p["actual_hours"]).unwrap_or(0.0),
+            if p["inside_interval"] == Value::Bool(true) {
+                ", inside the interval"
+            } else {
+                ", outside the interval"
+            }
+        );
+    }
+    if let Some(path) = v["output"].as_str() {
+        let _ = writeln!(out, "  output      {}", escape(path));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sweep_reads_as_a_table_with_its_choice_marked() {
+        let result = serde_json::json!({
+            "verdict": "no-go", "reasons": ["over the budget of 5 h"],
+            "choice": {"concurrency": 4, "why": "the knee"},
+            "projection": {"records": 1000, "hours": {"value": 6.9, "low": 6.5, "high": 7.3},
+                           "output_tokens": {"value": 1e7, "low": 9e6, "high": 1.1e7},
+                           "bytes": {"value": 3e8, "low": 2.9e8, "high": 3.1e8}},
+            "levels": [
+                {"concurrency": 1, "requests_per_second": 1.0, "output_tokens_per_second": 100.0,
+                 "e2e_seconds": {"p50": 1.0, "p99": 1.1}, "error_rate": 0.0},
+                {"concurrency": 4, "requests_per_second": 4.0, "output_tokens_per_second": 400.0,
+                 "e2e_seconds": {"p50": 1.0, "p99": 1.2}, "error_rate": 0.0},
+            ],
+            "sample": {"size": 100, "seed": 7},
+        });
+        let text = summary("feasibility", &result.to_string()).unwrap();
+        assert!(text.contains("NO-GO") && text.contains("over the budget"));
+        assert!(text.contains("6.9 h (6.5-7.3, 95%)"), "{text}");
+        assert!(text.lines().any(|l| l.contains("*   4")), "{text}");
+        assert!(text.lines().count() < 40);
+    }
+
+    #[test]
+    fn a_tokenization_shows_its_histogram() {
+        let result = serde_json::json!({
+            "records": 10, "tokens": 300, "trained_tokens": 100, "masked_tokens": 200,
+            "rejected": 1, "dropped": {"length_finish": 2}, "straddling_tokens": 0,
+            "length_histogram": [[4, 3], [5, 7]], "max_length": 60,
+        });
+        let text = summary("tokenization", &result.to_string()).unwrap();
+        assert!(text.contains("16-31") && text.contains("32-63"), "{text}");
+        assert!(text.contains("2 length_finish"));
+    }
+}
