@@ -313,3 +313,93 @@ async fn a_dead_endpoint_costs_a_retry_and_the_live_one_serves() {
     assert!(attempts <= 12, "{attempts} attempts for 10 requests");
     assert_eq!(mock.requests(), 10);
 }
+
+/// A server that keeps a connection alive after a streamed answer but drops
+/// the next request sent on it unanswered, as llama.cpp's server does.
+async fn closing_after_streams() -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let answered = std::sync::Arc::new(AtomicUsize::new(0));
+    let count = answered.clone();
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            let count = count.clone();
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut served = 0;
+                loop {
+                    // One request: headers, then content-length bytes.
+                    let mut chunk = [0u8; 4096];
+                    let (head_end, length) = loop {
+                        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                            let head = String::from_utf8_lossy(&buf[..end]).to_lowercase();
+                            let length = head
+                                .lines()
+                                .find_map(|l| l.strip_prefix("content-length:"))
+                                .and_then(|v| v.trim().parse::<usize>().ok())
+                                .unwrap_or(0);
+                            break (end + 4, length);
+                        }
+                        match socket.read(&mut chunk).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                        }
+                    };
+                    while buf.len() < head_end + length {
+                        match socket.read(&mut chunk).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                        }
+                    }
+                    buf.drain(..head_end + length);
+                    if served == 1 {
+                        // The quirk: the connection was kept alive after a
+                        // stream, but the next request on it gets no answer,
+                        // only the close.
+                        return;
+                    }
+                    served += 1;
+                    let chunk = |s: &str| format!("{:x}\r\n{s}\r\n", s.len());
+                    let events = [
+                        r#"data: {"model":"m","choices":[{"index":0,"delta":{"content":"hi"},"finish_reason":null}]}"#,
+                        r#"data: {"model":"m","choices":[{"index":0,"delta":{},"finish_reason":"stop"}],"usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}}"#,
+                        "data: [DONE]",
+                    ];
+                    let mut body = String::new();
+                    for e in events {
+                        body.push_str(&chunk(&format!("{e}\n\n")));
+                    }
+                    body.push_str("0\r\n\r\n");
+                    let head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\
+                                transfer-encoding: chunked\r\nkeep-alive: timeout=5, max=100\r\n\r\n";
+                    if socket.write_all(head.as_bytes()).await.is_err()
+                        || socket.write_all(body.as_bytes()).await.is_err()
+                    {
+                        return;
+                    }
+                    count.fetch_add(1, Ordering::SeqCst);
+                }
+            });
+        }
+    });
+    (url, answered)
+}
+
+#[tokio::test]
+async fn a_connection_the_server_closed_after_a_stream_costs_no_attempt() {
+    let (url, answered) = closing_after_streams().await;
+    // One attempt each, no retries: a request that died on the stale
+    // connection must go again by itself.
+    let c = client(&[&url], 1);
+    for i in 0..6 {
+        let out = c
+            .complete(&chat(&format!("question {i}"), true))
+            .await
+            .unwrap_or_else(|f| panic!("request {i}: {f:?}"));
+        assert_eq!(out.completion.content, "hi");
+        assert_eq!(out.attempts, 1);
+    }
+    assert_eq!(answered.load(std::sync::atomic::Ordering::SeqCst), 6);
+}

@@ -228,6 +228,11 @@ impl InferenceClient {
         let http = reqwest::Client::builder()
             .connect_timeout(limits.connect_timeout)
             .tcp_keepalive(Some(Duration::from_secs(30)))
+            // Servers close idle keep-alive connections after a few seconds
+            // (uvicorn under vLLM and SGLang, and llama.cpp's server: 5 s).
+            // A request sent on one as it closes fails for nothing, so the
+            // client lets go of idle connections first.
+            .pool_idle_timeout(Duration::from_secs(3))
             .tcp_nodelay(true)
             .redirect(reqwest::redirect::Policy::none())
             .retry(reqwest::retry::never())
@@ -315,10 +320,24 @@ impl InferenceClient {
         if let Some(value) = &self.authorization {
             send = send.header(reqwest::header::AUTHORIZATION, value.clone());
         }
-        let response = tokio::time::timeout_at(deadline, send.send())
+        let again = send.try_clone();
+        let mut response = tokio::time::timeout_at(deadline, send.send())
             .await
-            .map_err(|_| Failure::Timeout { which: "deadline" })?
-            .map_err(transport_failure)?;
+            .map_err(|_| Failure::Timeout { which: "deadline" })?;
+        // Some servers close a kept-alive connection after a streamed
+        // answer without saying so (llama.cpp's server does, every time); a
+        // request sent on it then dies before any answer. That request never
+        // reached the model, so it goes once more on a fresh connection,
+        // not counted as an attempt.
+        if let (Err(error), Some(again)) = (&response, again) {
+            if closed_before_answer(error) {
+                tracing::debug!(%url, "the server had closed the connection; sending again");
+                response = tokio::time::timeout_at(deadline, again.send())
+                    .await
+                    .map_err(|_| Failure::Timeout { which: "deadline" })?;
+            }
+        }
+        let response = response.map_err(transport_failure)?;
         let status = response.status();
         if !status.is_success() {
             let retry_after = response
@@ -397,6 +416,22 @@ impl InferenceClient {
             }
         }
     }
+}
+
+/// A request that failed on a connection the server had already closed:
+/// sent, and no byte of an answer came back.
+fn closed_before_answer(error: &reqwest::Error) -> bool {
+    if error.is_connect() || error.is_timeout() || !error.is_request() {
+        return false;
+    }
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(e) = source {
+        if let Some(hyper) = e.downcast_ref::<hyper::Error>() {
+            return hyper.is_incomplete_message() || hyper.is_canceled();
+        }
+        source = e.source();
+    }
+    false
 }
 
 fn transport_failure(error: reqwest::Error) -> Failure {
