@@ -174,6 +174,17 @@ impl FeasibilitySpec {
     }
 }
 
+/// An optional figure that must be a positive, finite number.
+fn positive(name: &str, value: Option<f64>) -> Result<Option<f64>, Error> {
+    match value {
+        Some(v) if !(v.is_finite() && v > 0.0) => Err(Error::invalid(
+            check::field(name),
+            format!("must be a positive number, not {v}"),
+        )),
+        other => Ok(other),
+    }
+}
+
 /// The inline request fields as a generation spec, checked like one.
 fn inline_shape(
     raw: &Raw,
@@ -327,9 +338,34 @@ fn typed(raw: Raw, bounds: Option<&Boundaries>) -> Result<FeasibilitySpec, Error
         max_seconds,
         max_error_rate: check::share("max_error_rate", raw.max_error_rate.unwrap_or(0.05))?,
         choose: raw.choose.unwrap_or(Choose::Knee),
-        max_p99_latency_seconds: raw.max_p99_latency_seconds,
-        budget: raw.budget.unwrap_or_default(),
-        price: raw.price.unwrap_or_default(),
+        max_p99_latency_seconds: positive("max_p99_latency_seconds", raw.max_p99_latency_seconds)?,
+        budget: {
+            let b = raw.budget.unwrap_or_default();
+            Budget {
+                max_hours: positive("budget.max_hours", b.max_hours)?,
+                max_bytes: positive("budget.max_bytes", b.max_bytes)?,
+                max_cost: positive("budget.max_cost", b.max_cost)?,
+                min_tokens_per_second: positive(
+                    "budget.min_tokens_per_second",
+                    b.min_tokens_per_second,
+                )?,
+            }
+        },
+        price: {
+            let p = raw.price.unwrap_or_default();
+            Price {
+                per_gpu_hour: positive("price.per_gpu_hour", p.per_gpu_hour)?,
+                gpus: positive("price.gpus", p.gpus)?,
+                per_million_output_tokens: positive(
+                    "price.per_million_output_tokens",
+                    p.per_million_output_tokens,
+                )?,
+                per_million_input_tokens: positive(
+                    "price.per_million_input_tokens",
+                    p.per_million_input_tokens,
+                )?,
+            }
+        },
         report: raw.report,
         drift_after_seconds: drift_after,
         request_deadline_seconds: check::int_in(
