@@ -123,6 +123,29 @@ pub enum Command {
         #[arg(long)]
         all: bool,
     },
+    /// Give a task a cron schedule, or take it away
+    ///
+    /// reopen: a completed plain task goes back to pending at each firing (a
+    /// recurring chore). probe: a generation or feasibility task's endpoints
+    /// are asked whether they answer. Slots missed while the daemon was down
+    /// fire once when it starts.
+    Schedule {
+        /// Task id, e.g. t42
+        task: String,
+        /// Five crontab fields, e.g. "*/15 * * * *" (day-of-week 1-7 is
+        /// Sunday-Saturday; Mon-Sun also work), or six with seconds first
+        #[arg(required_unless_present = "clear")]
+        cron: Option<String>,
+        /// IANA time zone the expression is read in, e.g. Europe/Berlin
+        #[arg(long = "tz", default_value = "UTC")]
+        timezone: String,
+        /// What a firing does
+        #[arg(long, value_parser = ["reopen", "probe"], default_value = "reopen")]
+        action: String,
+        /// Remove the task's schedule
+        #[arg(long, conflicts_with = "cron")]
+        clear: bool,
+    },
     /// Follow the events of a plan (or of every plan) as they happen
     Watch {
         /// Only this plan (default: every plan)
@@ -249,6 +272,25 @@ pub enum PlanCommand {
     },
     /// List every plan with its counts
     List,
+    /// Create or update a plan's phase tasks from a pipeline file (TOML)
+    ///
+    /// Adaptation, feasibility, generation and tokenization, chained, with
+    /// their files derived from the file's output_dir. Applying the same file
+    /// again changes nothing; a changed file updates the steps that have not
+    /// started and is refused if it would change one that has.
+    Apply {
+        /// The pipeline file (see examples/datagen.toml)
+        file: std::path::PathBuf,
+        /// The plan (default: the file's `plan`)
+        #[arg(short = 'p', long = "plan", value_name = "PLAN")]
+        plan: Option<String>,
+        /// Show what would change; change nothing
+        #[arg(long)]
+        dry_run: bool,
+        /// Why, recorded in the history
+        #[arg(long)]
+        reason: Option<String>,
+    },
     /// Show one plan's summary (same as `status PLAN`)
     Show {
         name: String,

@@ -22,16 +22,144 @@ fn bar(value: f64, max: f64, width: usize) -> String {
     "#".repeat(n.min(width))
 }
 
-fn interval(e: &Value, scale: f64, unit: &str, digits: usize) -> String {
+/// `v (low to high, 95%)`, each figure in `unit`'s own form.
+fn span(e: &Value, unit: fn(f64) -> String) -> String {
     match (f(&e["value"]), f(&e["low"]), f(&e["high"])) {
-        (Some(v), Some(lo), Some(hi)) => format!(
-            "{:.digits$} {unit} ({:.digits$}-{:.digits$}, 95%)",
-            v * scale,
-            lo * scale,
-            hi * scale
-        ),
+        (Some(v), Some(lo), Some(hi)) => {
+            format!("{} ({} to {}, 95%)", unit(v), unit(lo), unit(hi))
+        }
         _ => "-".into(),
     }
+}
+
+/// `950`, `12.3k`, `4.56M`.
+fn count(n: f64) -> String {
+    if n >= 1e6 {
+        format!("{:.2}M", n / 1e6)
+    } else if n >= 1e4 {
+        format!("{:.1}k", n / 1e3)
+    } else {
+        format!("{n:.0}")
+    }
+}
+
+/// `512 B`, `340 kB`, `1.2 MB`, `3.40 GB`.
+fn size(n: f64) -> String {
+    if n >= 1e9 {
+        format!("{:.2} GB", n / 1e9)
+    } else if n >= 1e6 {
+        format!("{:.1} MB", n / 1e6)
+    } else if n >= 1e3 {
+        format!("{:.0} kB", n / 1e3)
+    } else {
+        format!("{n:.0} B")
+    }
+}
+
+/// A pipeline's phase tasks, one line each (and a second for a schedule):
+/// state, counts, rate, and for a generation with a feasibility projection,
+/// the projection against the live total.
+pub fn pipeline(tasks: &[todod::proto::Task]) -> String {
+    let mut out = String::from("  phases:\n");
+    let projection = tasks
+        .iter()
+        .rev()
+        .filter(|t| t.kind == "feasibility" && t.status == "completed")
+        .find_map(|t| serde_json::from_str::<Value>(&t.result_json).ok())
+        .map(|r| r["projection"]["hours"].clone());
+    for t in tasks {
+        let mut parts: Vec<String> = Vec::new();
+        let p = t.progress.as_ref();
+        match t.status.as_str() {
+            "in_progress" => {
+                if let Some(p) = p.and_then(crate::render::progress_text) {
+                    parts.push(p);
+                }
+            }
+            "pending" if !t.blocked_by.is_empty() => {
+                parts.push(format!("waits for {}", t.blocked_by.join(", ")))
+            }
+            "failed" => parts.push(escape(t.error.lines().next().unwrap_or("")).into_owned()),
+            _ => {
+                if let Some(p) = p.filter(|p| p.done > 0 || p.failed > 0) {
+                    let mut s = format!("{} done", p.done);
+                    if p.failed > 0 {
+                        s.push_str(&format!(", {} failed", p.failed));
+                    }
+                    if p.rejected > 0 {
+                        s.push_str(&format!(", {} rejected", p.rejected));
+                    }
+                    parts.push(s);
+                }
+            }
+        }
+        if t.kind == "feasibility" && t.status == "completed" {
+            if let Ok(r) = serde_json::from_str::<Value>(&t.result_json) {
+                let h = &r["projection"]["hours"];
+                if let (Some(v), Some(lo), Some(hi)) = (f(&h["value"]), f(&h["low"]), f(&h["high"]))
+                {
+                    parts.push(format!(
+                        "go: {} ({}-{}) at concurrency {}",
+                        hours(v),
+                        hours(lo),
+                        hours(hi),
+                        r["choice"]["concurrency"]
+                    ));
+                }
+            }
+        }
+        if t.kind == "generation" && t.status == "in_progress" {
+            if let (Some(h), Some(p)) = (&projection, p) {
+                let elapsed = elapsed_seconds(&t.started_at);
+                if let (Some(v), Some(lo), Some(hi), Some(e)) =
+                    (f(&h["value"]), f(&h["low"]), f(&h["high"]), elapsed)
+                {
+                    if p.eta_seconds > 0 {
+                        let live = (e + p.eta_seconds as f64) / 3600.0;
+                        let verdict = if live > hi {
+                            "slower than projected"
+                        } else if live < lo {
+                            "faster than projected"
+                        } else {
+                            "on track"
+                        };
+                        parts.push(format!(
+                            "live {} vs projected {}: {verdict}",
+                            hours(live),
+                            hours(v)
+                        ));
+                    }
+                }
+            }
+        }
+        let _ = writeln!(
+            out,
+            "    {} {:<4} {:<18} {:<12} {}",
+            crate::render::marker(&t.status),
+            t.id,
+            t.kind,
+            t.status,
+            parts.join("; ")
+        );
+        if let Some(s) = &t.schedule {
+            let _ = writeln!(out, "         schedule {}", crate::render::schedule_text(s));
+        }
+    }
+    out
+}
+
+/// Hours as the CLI writes every duration: `45s`, `3m20s`, `2h05m`.
+fn hours(h: f64) -> String {
+    crate::render::duration((h * 3600.0).round() as i64)
+}
+
+/// Seconds since an RFC 3339 UTC time of the daemon's (`...Z`).
+fn elapsed_seconds(rfc3339: &str) -> Option<f64> {
+    let at = humantime::parse_rfc3339_weak(rfc3339.trim_end_matches('Z')).ok()?;
+    std::time::SystemTime::now()
+        .duration_since(at)
+        .ok()
+        .map(|d| d.as_secs_f64())
 }
 
 /// The summary of `result` for a task of `kind`.
@@ -64,19 +192,19 @@ fn feasibility(v: &Value) -> String {
             out,
             "  projection  {} records: {}",
             p["records"],
-            interval(&p["hours"], 1.0, "h", 1)
+            span(&p["hours"], hours)
         );
         let _ = writeln!(
             out,
-            "              {}, {}",
-            interval(&p["output_tokens"], 1e-6, "M output tokens", 1),
-            interval(&p["bytes"], 1e-9, "GB", 2)
+            "              {} output tokens, {}",
+            span(&p["output_tokens"], count),
+            span(&p["bytes"], size)
         );
         if p["cost"].is_object() {
             let _ = writeln!(
                 out,
                 "              cost {}",
-                interval(&p["cost"], 1.0, "", 0)
+                span(&p["cost"], |c| format!("{c:.2}"))
             );
         }
     }
@@ -241,10 +369,10 @@ fn generation(v: &Value) -> String {
     if p.is_object() {
         let _ = writeln!(
             out,
-            "  projected   {} (feasibility {}); actual {:.2} h{}",
-            interval(&p["projected_hours"], 1.0, "h", 2),
+            "  projected   {} (feasibility {}); actual {}{}",
+            span(&p["projected_hours"], hours),
             p["feasibility"].as_str().unwrap_or("-"),
-            f(&p["actual_hours"]).unwrap_or(0.0),
+            hours(f(&p["actual_hours"]).unwrap_or(0.0)),
             if p["inside_interval"] == Value::Bool(true) {
                 ", inside the interval"
             } else {
@@ -280,7 +408,18 @@ mod tests {
         });
         let text = summary("feasibility", &result.to_string()).unwrap();
         assert!(text.contains("NO-GO") && text.contains("over the budget"));
-        assert!(text.contains("6.9 h (6.5-7.3, 95%)"), "{text}");
+        assert!(text.contains("6h54m (6h30m to 7h18m, 95%)"), "{text}");
+        assert!(
+            text.contains("10.00M (9.00M to 11.00M, 95%) output tokens"),
+            "{text}"
+        );
+        assert!(text.contains("300.0 MB"), "{text}");
+        // A short run reads in minutes, not as 0.0 h.
+        let mut short = result.clone();
+        short["projection"]["hours"] =
+            serde_json::json!({"value": 0.04, "low": 0.036, "high": 0.043});
+        let text = summary("feasibility", &short.to_string()).unwrap();
+        assert!(text.contains("2m24s (2m10s to 2m35s, 95%)"), "{text}");
         assert!(text.lines().any(|l| l.contains("*   4")), "{text}");
         assert!(text.lines().count() < 40);
     }

@@ -309,6 +309,9 @@ pub fn task_details(t: &Task, events: &[Event]) -> String {
     field("updated", &t.updated_at);
     field("started", &t.started_at);
     field("finished", &t.finished_at);
+    if let Some(s) = &t.schedule {
+        field("schedule", &schedule_text(s));
+    }
     json_block(&mut out, "spec", &t.spec_json);
     // A phase's result reads better summarized; --json gives all of it.
     match crate::phase_view::summary(&t.kind, &t.result_json) {
@@ -427,6 +430,58 @@ pub fn write_result(r: &WriteTodosResponse) -> String {
     }
     out.push('\n');
     out
+}
+
+/// `probe "*/5 * * * *" UTC, next 2026-12-01T12:05:00.000Z`.
+pub fn schedule_text(s: &todod::proto::Schedule) -> String {
+    let next = if s.next_fire_at.is_empty() {
+        "never fires again".to_string()
+    } else {
+        format!("next {}", s.next_fire_at)
+    };
+    let mut text = format!(
+        "{} \"{}\" {}, {next}",
+        s.action,
+        crate::safe::escape(&s.cron),
+        crate::safe::escape(&s.timezone)
+    );
+    if !s.last_fired_at.is_empty() {
+        text.push_str(&format!(", last {}", s.last_fired_at));
+    }
+    text
+}
+
+/// What `plan apply` did (or, with `--dry-run`, would do), one line a step.
+pub fn applied_pipeline(a: &todod::proto::ApplyPipelineResponse, dry_run: bool) -> String {
+    let mut out = String::new();
+    let plan = a.plan.as_ref().map(|p| p.name.as_str()).unwrap_or("(new)");
+    let verb = if dry_run { "would apply" } else { "applied" };
+    let _ = writeln!(out, "{verb} pipeline to plan {}", crate::safe::escape(plan));
+    for s in &a.steps {
+        let id = s.task.as_ref().map(|t| t.id.as_str()).unwrap_or("-");
+        let status = s.task.as_ref().map(|t| t.status.as_str()).unwrap_or("");
+        let action = match (s.action.as_str(), dry_run) {
+            ("create", true) => "create".to_string(),
+            ("create", false) => "created".to_string(),
+            ("update", true) => format!("update {}", s.changed.join(", ")),
+            ("update", false) => format!("updated {}", s.changed.join(", ")),
+            ("unchanged", _) => "unchanged".to_string(),
+            ("not_in_file", _) => "kept (no longer in the file)".to_string(),
+            (other, _) => other.to_string(),
+        };
+        let _ = writeln!(
+            out,
+            "  {:<13} {:<5} {:<12} {}",
+            crate::safe::escape(&s.step),
+            crate::safe::escape(id),
+            crate::safe::escape(status),
+            crate::safe::escape(&action)
+        );
+    }
+    if a.steps.iter().all(|s| s.action == "unchanged") {
+        let _ = writeln!(out, "nothing to change");
+    }
+    out.trim_end().to_string()
 }
 
 #[cfg(test)]

@@ -122,6 +122,17 @@ impl Mock {
 
 #[tonic::async_trait]
 impl Todos for Mock {
+    async fn set_schedule(&self, _: Request<todod::proto::SetScheduleRequest>) -> R<Task> {
+        Err(Status::unimplemented("no"))
+    }
+
+    async fn apply_pipeline(
+        &self,
+        _: Request<todod::proto::ApplyPipelineRequest>,
+    ) -> R<todod::proto::ApplyPipelineResponse> {
+        Err(Status::unimplemented("no"))
+    }
+
     async fn write_todos(&self, req: Request<WriteTodosRequest>) -> R<WriteTodosResponse> {
         self.check("write_todos", &req)?;
         let req = req.into_inner();

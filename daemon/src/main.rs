@@ -198,6 +198,7 @@ async fn main() -> anyhow::Result<()> {
         token,
         bounds,
         fs: None,
+        clock: None,
     };
     server::run(store.clone(), listeners, options, shutdown).await?;
     store.close().await;

@@ -48,6 +48,8 @@ pub struct Options {
     /// The file layer phases write through (the real one unless a test
     /// gives another).
     pub fs: Option<SharedFs>,
+    /// The scheduler's clock (the system's unless a test gives another).
+    pub clock: Option<Arc<dyn crate::scheduler::Clock>>,
 }
 
 impl std::fmt::Debug for Options {
@@ -110,11 +112,13 @@ pub async fn run(
     };
 
     let bounds = Arc::new(options.bounds.clone());
-    let todos = TodosServer::new(TodoService::new(
-        store.clone(),
-        bounds.clone(),
-        stop_rx.clone(),
-    ))
+    let clock = options
+        .clock
+        .clone()
+        .unwrap_or_else(|| Arc::new(crate::scheduler::SystemClock));
+    let todos = TodosServer::new(
+        TodoService::new(store.clone(), bounds.clone(), stop_rx.clone()).with_clock(clock.clone()),
+    )
     .max_decoding_message_size(MAX_REQUEST_BYTES)
     .max_encoding_message_size(MAX_RESPONSE_BYTES);
     let tcp_auth = BearerAuth::new(options.token.as_deref());
@@ -127,6 +131,8 @@ pub async fn run(
         bounds,
     };
     let workers = tokio::spawn(runtime::run(store.clone(), settings, stop_rx.clone()));
+    // Schedules fire beside them, on the same stop.
+    let scheduler = tokio::spawn(crate::scheduler::run(store.clone(), clock, stop_rx.clone()));
 
     let mut servers = tokio::task::JoinSet::new();
     if let Some(listener) = listeners.tcp {
@@ -159,6 +165,7 @@ pub async fn run(
                 Some(result) => result.map_err(|e| Error::Listener(e.to_string()))??,
                 None => {
                     let _ = workers.await;
+                    let _ = scheduler.await;
                     return Ok(());
                 }
             },
@@ -166,6 +173,7 @@ pub async fn run(
                 tracing::warn!("calls still running {DRAIN_DEADLINE:?} after shutdown began; stopping anyway");
                 servers.abort_all();
                 workers.abort();
+                scheduler.abort();
                 return Ok(());
             }
         }

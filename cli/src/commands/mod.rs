@@ -95,7 +95,20 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Plan(PlanCommand::Create { name, title }) => {
             plans::create(&ctx, name, title).await
         }
+        Command::Schedule {
+            task,
+            cron,
+            timezone,
+            action,
+            clear,
+        } => tasks::schedule(&ctx, &task, cron, timezone, action, clear).await,
         Command::Plan(PlanCommand::List) => plans::list(&ctx).await,
+        Command::Plan(PlanCommand::Apply {
+            file,
+            plan,
+            dry_run,
+            reason,
+        }) => plans::apply(&ctx, &file, plan, dry_run, reason).await,
         Command::Plan(PlanCommand::Show { name, limit }) => {
             plans::status(&ctx, Some(name), limit).await
         }

@@ -1,7 +1,7 @@
 //! `status`, `plan create`, `plan list`, `plan show`.
 use anyhow::Result;
 use serde_json::json;
-use todod::proto::{CreatePlanRequest, GetPlanRequest, ListPlansRequest};
+use todod::proto::{ApplyPipelineRequest, CreatePlanRequest, GetPlanRequest, ListPlansRequest};
 
 use super::{emit, emit_json, Ctx};
 use crate::{json, render};
@@ -21,10 +21,40 @@ pub async fn status(ctx: &Ctx, plan: Option<String>, limit: i32) -> Result<()> {
             })
             .await?
             .into_inner();
+        // A plan with phase tasks is a pipeline: each phase, with its
+        // figures and the projection held against the live run.
+        let phases = client
+            .list_tasks(todod::proto::ListTasksRequest {
+                plan: summary
+                    .plan
+                    .as_ref()
+                    .map(|p| p.name.clone())
+                    .unwrap_or_default(),
+                kinds: [
+                    "prompt_adaptation",
+                    "feasibility",
+                    "generation",
+                    "tokenization",
+                ]
+                .map(String::from)
+                .to_vec(),
+                page_size: 100,
+                ..Default::default()
+            })
+            .await?
+            .into_inner()
+            .tasks;
         return if ctx.json {
-            emit_json(&json::summary(&summary))
+            let mut value = json::summary(&summary);
+            value["phases"] = serde_json::Value::Array(phases.iter().map(json::task).collect());
+            emit_json(&value)
         } else {
-            emit(&render::plan_summary(&summary))
+            let mut text = render::plan_summary(&summary);
+            if !phases.is_empty() {
+                text.push('\n');
+                text.push_str(&crate::phase_view::pipeline(&phases));
+            }
+            emit(text.trim_end())
         };
     }
     let plans = client
@@ -119,4 +149,55 @@ pub async fn list(ctx: &Ctx) -> Result<()> {
         out.push('\n');
     }
     emit(&out)
+}
+
+/// `plan apply FILE`: the file goes to the daemon as it is, so that a person
+/// and an agent calling ApplyPipeline get the same checks.
+pub async fn apply(
+    ctx: &Ctx,
+    file: &std::path::Path,
+    plan: Option<String>,
+    dry_run: bool,
+    reason: Option<String>,
+) -> Result<()> {
+    let text = std::fs::read_to_string(file).map_err(|e| {
+        crate::error::CliError::usage(format!("{}: cannot be read: {e}", file.display()))
+    })?;
+    let mut client = ctx.client().await?;
+    let applied = client
+        .apply_pipeline(ApplyPipelineRequest {
+            plan: plan.unwrap_or_default(),
+            spec_toml: text,
+            dry_run,
+            expected_revision: 0,
+            reason: reason.unwrap_or_default(),
+            base_dir: std::fs::canonicalize(file)
+                .ok()
+                .and_then(|f| f.parent().map(|p| p.display().to_string()))
+                .unwrap_or_default(),
+        })
+        .await?
+        .into_inner();
+    if ctx.json {
+        let steps: Vec<_> = applied
+            .steps
+            .iter()
+            .map(|s| {
+                json!({
+                    "step": s.step,
+                    "action": s.action,
+                    "changed": s.changed,
+                    "task": s.task.as_ref().map(json::task),
+                    "spec": serde_json::from_str::<serde_json::Value>(&s.spec_json)
+                        .unwrap_or(serde_json::Value::Null),
+                })
+            })
+            .collect();
+        return emit_json(&json!({
+            "plan": applied.plan.as_ref().map(json::plan),
+            "dry_run": dry_run,
+            "steps": steps,
+        }));
+    }
+    emit(&render::applied_pipeline(&applied, dry_run))
 }

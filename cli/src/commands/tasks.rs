@@ -102,6 +102,47 @@ pub async fn show(ctx: &Ctx, id: &str) -> Result<()> {
     }
 }
 
+/// `schedule TASK CRON` / `schedule TASK --clear`.
+pub async fn schedule(
+    ctx: &Ctx,
+    id: &str,
+    cron: Option<String>,
+    timezone: String,
+    action: String,
+    clear: bool,
+) -> Result<()> {
+    let mut client = ctx.client().await?;
+    let task = client
+        .set_schedule(todod::proto::SetScheduleRequest {
+            task_id: id.to_string(),
+            cron: cron.unwrap_or_default(),
+            timezone,
+            action,
+            clear,
+            ..Default::default()
+        })
+        .await?
+        .into_inner();
+    if ctx.json {
+        return emit_json(&json::task(&task));
+    }
+    match &task.schedule {
+        Some(s) => emit(&format!(
+            "{}: {} \"{}\" ({}), next {}",
+            task.id,
+            s.action,
+            crate::safe::escape(&s.cron),
+            crate::safe::escape(&s.timezone),
+            if s.next_fire_at.is_empty() {
+                "never"
+            } else {
+                &s.next_fire_at
+            }
+        )),
+        None => emit(&format!("{}: no schedule", task.id)),
+    }
+}
+
 /// `--spec`: inline JSON, `@FILE`, or `@-` for stdin; must be a JSON object.
 pub fn read_spec(arg: &str) -> Result<String, CliError> {
     let (source, text) = match arg.strip_prefix('@') {

@@ -189,7 +189,21 @@ pub fn task(view: TaskView) -> proto::Task {
         updated_at: optional_time(view.updated_at),
         started_at: optional_time(view.started_at),
         finished_at: optional_time(view.finished_at),
+        schedule: view.schedule.as_deref().and_then(schedule),
     }
+}
+
+/// A stored schedule (JSON object) as the API gives it.
+fn schedule(json: &str) -> Option<proto::Schedule> {
+    let v: serde_json::Value = serde_json::from_str(json).ok()?;
+    let text = |k: &str| v[k].as_str().unwrap_or_default().to_string();
+    Some(proto::Schedule {
+        cron: text("cron"),
+        timezone: text("timezone"),
+        action: text("action"),
+        next_fire_at: optional_time(v["next_fire_at"].as_i64()),
+        last_fired_at: optional_time(v["last_fired_at"].as_i64()),
+    })
 }
 
 pub fn tasks(views: Vec<TaskView>) -> Vec<proto::Task> {

@@ -7,6 +7,7 @@
 pub mod auth;
 pub mod convert;
 mod error;
+mod pipeline;
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -40,6 +41,8 @@ pub struct TodoService {
     bounds: Arc<Boundaries>,
     /// Flips to true when the daemon shuts down, ending watch streams.
     shutdown: watch::Receiver<bool>,
+    /// The scheduler's clock: a schedule's first slot is after its now.
+    clock: Arc<dyn crate::scheduler::Clock>,
 }
 
 impl TodoService {
@@ -52,7 +55,14 @@ impl TodoService {
             store,
             bounds,
             shutdown,
+            clock: Arc::new(crate::scheduler::SystemClock),
         }
+    }
+
+    /// The same service with the scheduler's clock (a test's).
+    pub fn with_clock(mut self, clock: Arc<dyn crate::scheduler::Clock>) -> TodoService {
+        self.clock = clock;
+        self
     }
 }
 
@@ -85,7 +95,9 @@ write_request!(
     proto::CreateTaskRequest,
     proto::UpdateTaskRequest,
     proto::TransitionTaskRequest,
-    proto::DependencyRequest
+    proto::DependencyRequest,
+    proto::ApplyPipelineRequest,
+    proto::SetScheduleRequest
 );
 impl WriteRequest for proto::CreatePlanRequest {}
 
@@ -181,6 +193,36 @@ impl TodoService {
 
 #[tonic::async_trait]
 impl Todos for TodoService {
+    async fn apply_pipeline(
+        &self,
+        request: Request<proto::ApplyPipelineRequest>,
+    ) -> Result<Response<proto::ApplyPipelineResponse>, Status> {
+        self.apply_pipeline_call(request).await
+    }
+
+    async fn set_schedule(
+        &self,
+        request: Request<proto::SetScheduleRequest>,
+    ) -> Result<Response<proto::Task>, Status> {
+        let ctx = context(&request)?;
+        let req = request.into_inner();
+        let id = convert::task_id("task_id", &req.task_id)?;
+        let now = self.clock.now_ms();
+        let schedule = if req.clear {
+            None
+        } else {
+            let action = crate::domain::schedule::Action::parse("action", &req.action)?;
+            Some(crate::domain::schedule::Schedule::parse(
+                &req.cron,
+                &req.timezone,
+                action,
+                now,
+            )?)
+        };
+        let task = self.store.set_schedule(id, schedule, now, &ctx).await?;
+        Ok(Response::new(convert::task(task)))
+    }
+
     async fn write_todos(
         &self,
         request: Request<proto::WriteTodosRequest>,

@@ -53,6 +53,13 @@ pub enum Change {
     Restored {
         id: TaskId,
     },
+    /// A schedule set, changed or cleared; each side is the schedule as a
+    /// JSON object (`cron`, `timezone`, `action`, `next_fire_at`), or none.
+    ScheduleChanged {
+        id: TaskId,
+        old: Option<String>,
+        new: Option<String>,
+    },
 }
 
 impl Change {
@@ -68,7 +75,8 @@ impl Change {
             | Change::DependencyAdded { id, .. }
             | Change::DependencyRemoved { id, .. }
             | Change::Archived { id }
-            | Change::Restored { id } => *id,
+            | Change::Restored { id }
+            | Change::ScheduleChanged { id, .. } => *id,
         }
     }
 }

@@ -5,6 +5,7 @@ pub mod change;
 pub mod error;
 pub mod graph;
 pub mod model;
+pub mod schedule;
 pub mod spec;
 pub mod todo_list;
 pub mod transition;

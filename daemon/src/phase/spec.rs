@@ -29,6 +29,9 @@ pub struct Boundaries {
     pub data_roots: Vec<PathBuf>,
     /// Environment variables that specs may name as `api_key_env`.
     pub secret_env: BTreeSet<String>,
+    /// Files an upstream task of the same pipeline will write: accepted as
+    /// inputs before they exist (a pipeline is created before it runs).
+    pub promised: BTreeSet<PathBuf>,
 }
 
 impl Boundaries {
@@ -45,7 +48,16 @@ impl Boundaries {
                 .map(std::fs::canonicalize)
                 .collect::<Result<_, _>>()?,
             secret_env: secret_env.into_iter().collect(),
+            promised: BTreeSet::new(),
         })
+    }
+
+    /// These boundaries, also accepting `paths` (outputs of upstream tasks)
+    /// as inputs that do not exist yet.
+    pub fn with_promised(&self, paths: impl IntoIterator<Item = PathBuf>) -> Boundaries {
+        let mut bounds = self.clone();
+        bounds.promised.extend(paths);
+        bounds
     }
 
     pub fn exposes(&self, name: &str) -> bool {
@@ -55,7 +67,7 @@ impl Boundaries {
 
     /// Refuses a canonical path that is inside the state directory or outside
     /// every data root.
-    fn check_place(&self, field: &str, canonical: &Path) -> Result<(), Error> {
+    pub fn check_place(&self, field: &str, canonical: &Path) -> Result<(), Error> {
         if let Some(state) = &self.state_dir {
             if canonical.starts_with(state) {
                 return Err(Error::invalid(
@@ -209,6 +221,10 @@ fn absolute(name: &str, path: &Path) -> Result<(), Error> {
 /// operator allows. Returns its canonical path.
 pub fn input_file(name: &str, path: &Path, bounds: &Boundaries) -> Result<PathBuf, Error> {
     absolute(name, path)?;
+    if bounds.promised.contains(path) && !path.exists() {
+        // Written by an upstream task; its own check placed it already.
+        return Ok(path.to_path_buf());
+    }
     let canonical = std::fs::canonicalize(path).map_err(|e| {
         Error::invalid(
             field(name),

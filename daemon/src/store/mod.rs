@@ -11,7 +11,9 @@
 mod checkpoints;
 mod persist;
 mod phases;
+mod pipeline;
 mod read;
+mod schedules;
 mod sqlite;
 mod views;
 mod write;
@@ -29,7 +31,9 @@ use crate::domain;
 use sqlite::{Begin, Conn, Db};
 
 pub use phases::{PhaseTask, DAEMON_ACTOR};
+pub use pipeline::{AppliedPipeline, AppliedStep, PlannedStep, StepAction};
 pub use read::{EventFilter, TaskFilter};
+pub use schedules::DueSchedule;
 pub use sqlite::Failure;
 pub use views::{Detail, EventView, PlanSummary, PlanView, TaskPage, TaskView};
 pub use write::{Claim, NewTask, SpecUpdate, TaskUpdate, WrittenTodos};
@@ -261,7 +265,7 @@ impl Store {
     }
 }
 
-pub(crate) fn now_ms() -> i64 {
+pub fn now_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_millis() as i64)

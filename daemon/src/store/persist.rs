@@ -242,6 +242,39 @@ pub(super) fn apply(
                 update_task(db, *id, "archived_at = NULL", &[], now)?;
                 EventFields::of("restored")
             }
+            Change::ScheduleChanged { id, old, new } => {
+                let id = applied.real(*id);
+                match new.as_deref() {
+                    Some(json) => {
+                        let v: serde_json::Value = serde_json::from_str(json)
+                            .map_err(|_| super::sqlite::misuse("a schedule change is not JSON"))?;
+                        db.execute(
+                            "INSERT INTO schedules (task_id, cron, timezone, action, \
+                             next_fire_at, created_at) VALUES (?, ?, ?, ?, ?, ?) \
+                             ON CONFLICT (task_id) DO UPDATE SET cron = excluded.cron, \
+                             timezone = excluded.timezone, action = excluded.action, \
+                             next_fire_at = excluded.next_fire_at",
+                            &[
+                                id.0.into(),
+                                v["cron"].as_str().unwrap_or_default().into(),
+                                v["timezone"].as_str().unwrap_or_default().into(),
+                                v["action"].as_str().unwrap_or_default().into(),
+                                v["next_fire_at"].as_i64().into(),
+                                now.into(),
+                            ],
+                        )?;
+                    }
+                    None => {
+                        db.execute("DELETE FROM schedules WHERE task_id = ?", &[id.0.into()])?;
+                    }
+                }
+                update_task(db, id, "", &[], now)?;
+                EventFields {
+                    old_value: old.clone(),
+                    new_value: new.clone(),
+                    ..EventFields::of("schedule_changed")
+                }
+            }
         };
         events.push(serde_json::json!([
             applied.real(change.task()).0,

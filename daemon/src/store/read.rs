@@ -100,14 +100,20 @@ fn task_columns(detail: Detail) -> &'static str {
              t.updated_at, t.started_at, t.finished_at, CASE WHEN t.dependency_count > 0 \
              THEN (SELECT group_concat(d.depends_on || ':' || u.status, ',' ORDER BY \
              d.depends_on) FROM dependencies d JOIN tasks u ON u.id = d.depends_on \
-             WHERE d.task_id = t.id) END"
+             WHERE d.task_id = t.id) END, \
+             (SELECT json_object('cron', s.cron, 'timezone', s.timezone, 'action', s.action, \
+             'next_fire_at', s.next_fire_at, 'last_fired_at', s.last_fired_at) \
+             FROM schedules s WHERE s.task_id = t.id)"
         }
         Detail::Basic => {
             "t.id, NULL, t.status, t.priority, t.content, t.kind, t.position, NULL, \
              t.progress, NULL, NULL, t.revision, t.archived_at, NULL, NULL, NULL, NULL, \
              CASE WHEN t.dependency_count > 0 THEN (SELECT group_concat(d.depends_on || ':' \
              || u.status, ',' ORDER BY d.depends_on) FROM dependencies d JOIN tasks u \
-             ON u.id = d.depends_on WHERE d.task_id = t.id) END"
+             ON u.id = d.depends_on WHERE d.task_id = t.id) END, \
+             (SELECT json_object('cron', s.cron, 'timezone', s.timezone, 'action', s.action, \
+             'next_fire_at', s.next_fire_at, 'last_fired_at', s.last_fired_at) \
+             FROM schedules s WHERE s.task_id = t.id)"
         }
     }
 }

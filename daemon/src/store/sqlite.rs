@@ -103,7 +103,7 @@ pub(super) fn no_row() -> Error {
     misuse("INSERT ... RETURNING gave no row")
 }
 
-fn misuse(message: impl Into<String>) -> Error {
+pub(super) fn misuse(message: impl Into<String>) -> Error {
     Error::Sqlite {
         failure: Failure::Other,
         code: ffi::SQLITE_MISUSE,

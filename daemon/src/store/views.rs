@@ -53,6 +53,9 @@ pub struct TaskView {
     pub updated_at: Option<i64>,
     pub started_at: Option<i64>,
     pub finished_at: Option<i64>,
+    /// The task's schedule as a JSON object (`cron`, `timezone`, `action`,
+    /// `next_fire_at`, `last_fired_at`), if it has one.
+    pub schedule: Option<String>,
 }
 
 /// How much of each task a listing carries.
@@ -115,6 +118,7 @@ impl TaskView {
             updated_at: row.opt_int(14)?,
             started_at: row.opt_int(15)?,
             finished_at: row.opt_int(16)?,
+            schedule: row.opt_text(18)?.map(str::to_string),
         })
     }
 }

@@ -67,12 +67,12 @@ pub struct WrittenTodos {
 }
 
 /// The parts of a task row that write rules look at.
-struct TaskHead {
-    plan_id: i64,
-    plan: String,
-    status: Status,
-    kind: Kind,
-    archived: bool,
+pub(super) struct TaskHead {
+    pub(super) plan_id: i64,
+    pub(super) plan: String,
+    pub(super) status: Status,
+    pub(super) kind: Kind,
+    pub(super) archived: bool,
 }
 
 fn task_head(db: &mut Db, id: TaskId) -> Result<TaskHead, Error> {
@@ -148,7 +148,7 @@ fn edge_exists(db: &mut Db, id: TaskId, depends_on: TaskId) -> Result<bool, Erro
         .is_some())
 }
 
-fn check_revision(plan: &PlanView, ctx: &WriteContext) -> Result<(), Error> {
+pub(super) fn check_revision(plan: &PlanView, ctx: &WriteContext) -> Result<(), Error> {
     match ctx.expected_revision {
         Some(expected) if expected != plan.revision => Err(domain::Error::StaleRevision {
             plan: plan.name.clone(),
@@ -170,7 +170,7 @@ fn cross_plan(field: &str, dep: TaskId, dep_plan: &str, plan: &str) -> Error {
     .into()
 }
 
-fn insert_plan(
+pub(super) fn insert_plan(
     db: &mut Db,
     name: &str,
     title: &str,
@@ -372,7 +372,7 @@ fn check_claims_back(db: &mut Db, id: TaskId) -> Result<(), Error> {
     check_claims(db, Some(id), &claims)
 }
 
-fn has_checkpoint(db: &mut Db, id: TaskId) -> Result<bool, Error> {
+pub(super) fn has_checkpoint(db: &mut Db, id: TaskId) -> Result<bool, Error> {
     Ok(db
         .query_row(
             "SELECT 1 FROM phase_state WHERE task_id = ?1 \
@@ -383,7 +383,7 @@ fn has_checkpoint(db: &mut Db, id: TaskId) -> Result<bool, Error> {
         .is_some())
 }
 
-fn create_task(
+pub(super) fn create_task(
     db: &mut Db,
     new: &NewTask,
     ctx: &WriteContext,
@@ -446,7 +446,11 @@ fn create_task(
 }
 
 /// Checks the plan's revision and that the task is live; returns its head.
-fn writable_task(db: &mut Db, id: TaskId, ctx: &WriteContext) -> Result<(TaskHead, i64), Error> {
+pub(super) fn writable_task(
+    db: &mut Db,
+    id: TaskId,
+    ctx: &WriteContext,
+) -> Result<(TaskHead, i64), Error> {
     let head = task_head(db, id)?;
     let plan = plan_by_id(db, head.plan_id)?;
     check_revision(&plan, ctx)?;
@@ -469,7 +473,7 @@ fn finish_task_write(
     Ok((task_by_id(db, id)?, applied.last_seq))
 }
 
-fn update_task(
+pub(super) fn update_task(
     db: &mut Db,
     id: TaskId,
     update: &TaskUpdate,
@@ -559,7 +563,7 @@ pub(super) fn transition(
     finish_task_write(db, id, head.plan_id, revision, &changes, ctx)
 }
 
-fn add_dependency(
+pub(super) fn add_dependency(
     db: &mut Db,
     id: TaskId,
     depends_on: TaskId,
@@ -586,7 +590,7 @@ fn add_dependency(
     finish_task_write(db, id, head.plan_id, revision, &changes, ctx)
 }
 
-fn remove_dependency(
+pub(super) fn remove_dependency(
     db: &mut Db,
     id: TaskId,
     depends_on: TaskId,

@@ -1,0 +1,197 @@
+//! `ApplyPipeline`: a pipeline file in, the plan's phase tasks out. The file
+//! is read and its steps derived by [`crate::pipeline`]; each step's spec is
+//! then checked by the phase registry as `CreateTask` checks one, with the
+//! files earlier steps will write accepted as inputs, and every refusal is
+//! named by its path in the file. The store applies the lot in one
+//! transaction.
+use std::path::PathBuf;
+
+use tonic::{Request, Response, Status};
+
+use super::{context, convert, TodoService};
+use crate::domain::model::validate_free_text;
+use crate::domain::{Error as Rule, Priority};
+use crate::phase::{registry, spec::plain_io};
+use crate::pipeline::{self, Step};
+use crate::proto;
+use crate::store::{NewTask, PlannedStep};
+
+/// Largest pipeline file the daemon reads.
+const MAX_FILE_BYTES: usize = 1024 * 1024;
+
+/// A refusal of a step's spec, renamed to the place in the file.
+fn in_file(step: &Step, error: Rule) -> Rule {
+    match error {
+        Rule::Invalid { field, reason } => Rule::Invalid {
+            field: step.file_path(&field),
+            reason,
+        },
+        Rule::PathTaken { field, path, why } => Rule::PathTaken {
+            field: step.file_path(&field),
+            path,
+            why,
+        },
+        other => other,
+    }
+}
+
+impl TodoService {
+    pub(super) async fn apply_pipeline_call(
+        &self,
+        request: Request<proto::ApplyPipelineRequest>,
+    ) -> Result<Response<proto::ApplyPipelineResponse>, Status> {
+        let ctx = context(&request)?;
+        let req = request.into_inner();
+        if req.spec_toml.len() > MAX_FILE_BYTES {
+            return Err(
+                Rule::invalid("spec_toml", "is over 1 MiB; a pipeline file is small").into(),
+            );
+        }
+        let base = match req.base_dir.as_str() {
+            "" => None,
+            dir if std::path::Path::new(dir).is_absolute() => Some(PathBuf::from(dir)),
+            _ => return Err(Rule::invalid("base_dir", "must be an absolute path").into()),
+        };
+        let mut file = pipeline::parse(&req.spec_toml, base.as_deref())
+            .map_err(|e| Rule::invalid(e.path, e.reason))?;
+        let plan = match (req.plan.as_str(), &file.plan) {
+            ("", Some(name)) => convert::plan_name("plan", name)?,
+            ("", None) => {
+                return Err(Rule::invalid(
+                    "plan",
+                    "name the plan: `plan` in the file, or the request's plan (todoctl: -p)",
+                )
+                .into())
+            }
+            (name, _) => convert::plan_name("plan", name)?,
+        };
+        let title = validate_free_text("title", file.title.as_deref().unwrap_or(""))?;
+
+        // Paths made canonical: one step's output path is then the next
+        // one's input path exactly, and the phase checks see plain paths.
+        let (out, prompts, dir) = (
+            file.output_dir.clone(),
+            file.prompts.clone(),
+            file.model.dir.clone(),
+        );
+        let place = self.bounds.clone();
+        let (out, prompts, dir) = tokio::task::spawn_blocking(move || {
+            let canonical = |path: &std::path::Path, field: &str| {
+                std::fs::canonicalize(path).map_err(|e| {
+                    Rule::invalid(
+                        field,
+                        format!("{} cannot be used: {}", path.display(), plain_io(&e)),
+                    )
+                })
+            };
+            // The output directory is made if missing, as `mkdir -p` would:
+            // a plan's first apply should not need a mkdir first. Only where
+            // the operator allows phase files.
+            if !out.exists() {
+                let mut existing = out.as_path();
+                let mut rest = Vec::new();
+                while !existing.exists() {
+                    rest.push(existing.file_name().unwrap_or_default());
+                    existing = existing.parent().unwrap_or(std::path::Path::new("/"));
+                }
+                let mut target = canonical(existing, "output_dir")?;
+                for part in rest.iter().rev() {
+                    if part.is_empty() || *part == ".." || *part == "." {
+                        return Err(Rule::invalid(
+                            "output_dir",
+                            format!("{} has . or .. in it; give it plainly", out.display()),
+                        ));
+                    }
+                    target.push(part);
+                }
+                place.check_place("output_dir", &target)?;
+                std::fs::create_dir_all(&target).map_err(|e| {
+                    Rule::invalid(
+                        "output_dir",
+                        format!("{} cannot be made: {}", target.display(), plain_io(&e)),
+                    )
+                })?;
+            }
+            let out = canonical(&out, "output_dir")?;
+            if !out.is_dir() {
+                return Err(Rule::invalid(
+                    "output_dir",
+                    format!("{} is not a directory", out.display()),
+                ));
+            }
+            let prompts = canonical(&prompts, "prompts.path")?;
+            let dir = dir.map(|d| canonical(&d, "model.dir")).transpose()?;
+            Ok((out, prompts, dir))
+        })
+        .await
+        .map_err(|_| Status::internal("internal error; see the daemon's log"))??;
+        file.output_dir = out;
+        file.prompts = prompts;
+        file.model.dir = dir;
+        let steps = pipeline::derive(&file);
+
+        let existing = self.store.pipeline_tasks(&plan).await?;
+        let bounds = self.bounds.clone();
+        let planned = tokio::task::spawn_blocking(move || -> Result<Vec<PlannedStep>, Rule> {
+            let mut promised: Vec<PathBuf> = Vec::new();
+            let mut planned = Vec::new();
+            for step in &steps {
+                let own: Vec<String> = existing
+                    .iter()
+                    .find(|(name, _, _)| name == step.key.name())
+                    .map(|(_, _, claims)| claims.clone())
+                    .unwrap_or_default();
+                let json = serde_json::Value::Object(step.spec.clone()).to_string();
+                let kind = step.key.kind();
+                let bounds = bounds.with_promised(promised.iter().cloned());
+                let checked = crate::domain::spec::validate("spec_json", kind, &json)
+                    .and_then(|_| registry::check(kind, &json, &bounds, &own))
+                    .map_err(|e| in_file(step, e))?;
+                promised.extend(checked.claims.iter().map(|c| PathBuf::from(&c.path)));
+                planned.push(PlannedStep {
+                    step: step.key.name().to_string(),
+                    task: NewTask {
+                        plan: String::new(),
+                        content: step.content.clone(),
+                        priority: Priority::Medium,
+                        kind,
+                        spec: checked.json,
+                        claims: checked.claims,
+                        depends_on: Vec::new(),
+                        requires_dependency: checked.requires,
+                    },
+                    depends_on: step
+                        .depends_on
+                        .iter()
+                        .map(|k| k.name().to_string())
+                        .collect(),
+                });
+            }
+            Ok(planned)
+        })
+        .await
+        .map_err(|e| {
+            tracing::error!(error = %e, "pipeline check panicked");
+            Status::internal("internal error; see the daemon's log")
+        })??;
+
+        let applied = self
+            .store
+            .apply_pipeline(&plan, &title, &planned, req.dry_run, &ctx)
+            .await?;
+        Ok(Response::new(proto::ApplyPipelineResponse {
+            plan: applied.plan.map(convert::plan),
+            steps: applied
+                .steps
+                .into_iter()
+                .map(|s| proto::PipelineStep {
+                    step: s.step,
+                    action: s.action.as_str().to_string(),
+                    changed: s.changed,
+                    task: s.task.map(convert::task),
+                    spec_json: s.spec,
+                })
+                .collect(),
+        }))
+    }
+}

@@ -1,0 +1,216 @@
+//! Schedules: a cron expression, its time zone and what a firing does, on a
+//! task. Plain logic: when the next firing is, and how a late daemon catches
+//! up (one firing for any number of missed slots, never one per slot).
+use std::str::FromStr;
+
+use chrono::{DateTime, TimeZone, Utc};
+
+use super::Error;
+
+/// What a firing does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    /// A completed plain task goes back to pending: a recurring chore.
+    Reopen,
+    /// The endpoints of a phase task's spec are asked whether they answer;
+    /// the answers are recorded.
+    Probe,
+}
+
+impl Action {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Action::Reopen => "reopen",
+            Action::Probe => "probe",
+        }
+    }
+
+    pub fn parse(field: &str, text: &str) -> Result<Action, Error> {
+        match text {
+            "reopen" => Ok(Action::Reopen),
+            "probe" => Ok(Action::Probe),
+            other => Err(Error::invalid(
+                field,
+                format!("{other:?} is not an action; use reopen or probe"),
+            )),
+        }
+    }
+}
+
+/// A checked schedule.
+#[derive(Debug, Clone)]
+pub struct Schedule {
+    /// As the client gave it (5 fields, or 6 with seconds first).
+    pub cron: String,
+    /// An IANA zone name ("Europe/Berlin") or "UTC".
+    pub timezone: String,
+    pub action: Action,
+    parsed: cron::Schedule,
+    zone: chrono_tz::Tz,
+}
+
+impl PartialEq for Schedule {
+    fn eq(&self, other: &Self) -> bool {
+        self.cron == other.cron && self.timezone == other.timezone && self.action == other.action
+    }
+}
+
+impl Schedule {
+    /// Checks an expression in crontab's five fields (minute hour
+    /// day-of-month month day-of-week), or six with seconds first, and a zone.
+    pub fn parse(
+        cron: &str,
+        timezone: &str,
+        action: Action,
+        now_ms: i64,
+    ) -> Result<Schedule, Error> {
+        let cron = cron.trim();
+        let fields = cron.split_whitespace().count();
+        let full = match fields {
+            5 => format!("0 {cron}"),
+            6 => cron.to_string(),
+            _ => {
+                return Err(Error::invalid(
+                    "cron",
+                    format!(
+                        "{cron:?} has {fields} fields; give five (minute hour day-of-month month \
+                         day-of-week, e.g. \"*/15 * * * *\") or six with seconds first"
+                    ),
+                ))
+            }
+        };
+        let parsed = cron::Schedule::from_str(&full).map_err(|e| {
+            Error::invalid("cron", format!("{cron:?} is not a cron expression: {e}"))
+        })?;
+        let timezone = if timezone.is_empty() { "UTC" } else { timezone };
+        let zone = chrono_tz::Tz::from_str(timezone).map_err(|_| {
+            Error::invalid(
+                "timezone",
+                format!("{timezone:?} is not a time zone; use an IANA name such as Europe/Berlin, or UTC"),
+            )
+        })?;
+        let schedule = Schedule {
+            cron: cron.to_string(),
+            timezone: timezone.to_string(),
+            action,
+            parsed,
+            zone,
+        };
+        // An expression that never fires again (a date in the past) is a
+        // mistake, not a schedule.
+        if schedule.next_after(now_ms).is_none() {
+            return Err(Error::invalid("cron", format!("{cron:?} never fires")));
+        }
+        Ok(schedule)
+    }
+
+    /// The first firing strictly after `after_ms` (Unix milliseconds), in
+    /// Unix milliseconds.
+    pub fn next_after(&self, after_ms: i64) -> Option<i64> {
+        let after: DateTime<Utc> = Utc.timestamp_millis_opt(after_ms).single()?;
+        let local = after.with_timezone(&self.zone);
+        self.parsed
+            .after(&local)
+            .next()
+            .map(|t| t.with_timezone(&Utc).timestamp_millis())
+    }
+
+    /// A firing that is due at `now_ms`: the slot it stands for (the latest
+    /// one passed), how many slots it covers, and the next slot after now.
+    /// `None` when nothing is due yet.
+    pub fn due(&self, next_fire_ms: i64, now_ms: i64) -> Option<Firing> {
+        if next_fire_ms > now_ms {
+            return None;
+        }
+        let mut slot = next_fire_ms;
+        let mut slots = 1u64;
+        // Count the missed slots, up to a bound: a schedule of every second
+        // missed for a week is still one firing.
+        while let Some(next) = self.next_after(slot) {
+            if next > now_ms || slots >= 10_000 {
+                break;
+            }
+            slot = next;
+            slots += 1;
+        }
+        Some(Firing {
+            slot_ms: slot,
+            slots,
+            next_ms: self.next_after(now_ms),
+        })
+    }
+}
+
+/// One firing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Firing {
+    /// The latest slot it stands for.
+    pub slot_ms: i64,
+    /// Slots it covers: more than one when the daemon was down for some.
+    pub slots: u64,
+    /// The next slot after now.
+    pub next_ms: Option<i64>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MINUTE: i64 = 60_000;
+    // 2026-12-01T00:00:00Z
+    const MIDNIGHT: i64 = 1_796_083_200_000;
+
+    fn every(cron: &str) -> Schedule {
+        Schedule::parse(cron, "UTC", Action::Reopen, MIDNIGHT).unwrap()
+    }
+
+    #[test]
+    fn five_fields_are_crontab_and_six_have_seconds() {
+        let s = every("*/15 * * * *");
+        assert_eq!(s.next_after(MIDNIGHT), Some(MIDNIGHT + 15 * MINUTE));
+        let s = every("30 * * * * *");
+        assert_eq!(s.next_after(MIDNIGHT), Some(MIDNIGHT + 30_000));
+    }
+
+    #[test]
+    fn bad_expressions_and_zones_are_refused_with_the_reason() {
+        for (cron, tz, field) in [
+            ("* * *", "UTC", "cron"),
+            ("61 * * * *", "UTC", "cron"),
+            ("every hour", "UTC", "cron"),
+            ("* * * * *", "Mars/Olympus", "timezone"),
+            ("0 0 1 1 * 2001", "UTC", "cron"),
+        ] {
+            match Schedule::parse(cron, tz, Action::Reopen, MIDNIGHT) {
+                Err(Error::Invalid { field: f, reason }) => {
+                    assert_eq!(f, field, "{cron} {tz}: {reason}");
+                    assert!(!reason.is_empty());
+                }
+                other => panic!("{cron} {tz}: {other:?}"),
+            }
+        }
+        assert!(Action::parse("action", "explode").is_err());
+    }
+
+    #[test]
+    fn a_zone_moves_the_wall_clock() {
+        // 09:00 in Berlin is 08:00 UTC in December.
+        let s = Schedule::parse("0 9 * * *", "Europe/Berlin", Action::Reopen, MIDNIGHT).unwrap();
+        assert_eq!(s.next_after(MIDNIGHT), Some(MIDNIGHT + 8 * 60 * MINUTE));
+    }
+
+    #[test]
+    fn missed_slots_fire_once() {
+        let s = every("*/5 * * * *");
+        let first = MIDNIGHT + 5 * MINUTE;
+        assert_eq!(s.due(first, first - 1), None);
+        let on_time = s.due(first, first).unwrap();
+        assert_eq!((on_time.slot_ms, on_time.slots), (first, 1));
+        assert_eq!(on_time.next_ms, Some(first + 5 * MINUTE));
+        // Down for an hour: one firing standing for twelve slots.
+        let late = s.due(first, first + 60 * MINUTE + 1).unwrap();
+        assert_eq!(late.slots, 13);
+        assert_eq!(late.slot_ms, first + 60 * MINUTE);
+        assert_eq!(late.next_ms, Some(first + 65 * MINUTE));
+    }
+}

@@ -1,0 +1,221 @@
+use super::*;
+
+const GOOD: &str = r#"
+plan = "datagen"
+output_dir = "/data/out"
+
+[model]
+name = "smollm2"
+endpoints = ["http://127.0.0.1:8080/v1"]
+dir = "/models/smollm2"
+
+[prompts]
+path = "/data/sharegpt.jsonl"
+format = "sharegpt"
+
+[sampling]
+temperature = 0.7
+
+[budget]
+max_hours = 2.0
+
+[generation]
+max_tokens = 128
+"#;
+
+fn refusal(text: &str) -> SpecError {
+    parse(text, None).expect_err("must be refused")
+}
+
+fn with(extra: &str) -> String {
+    format!("{GOOD}\n{extra}")
+}
+
+#[test]
+fn a_whole_file_gives_the_four_steps_chained() {
+    let p = parse(GOOD, None).unwrap();
+    let steps = derive(&p);
+    let keys: Vec<_> = steps.iter().map(|s| s.key).collect();
+    assert_eq!(keys, StepKey::ALL);
+    assert!(steps[0].depends_on.is_empty());
+    for pair in steps.windows(2) {
+        assert_eq!(pair[1].depends_on, [pair[0].key]);
+    }
+    let (adapt, gen, tok) = (&steps[0].spec, &steps[2].spec, &steps[3].spec);
+    // One step's output is the next one's input.
+    assert_eq!(adapt["output"], gen["prompts"]);
+    assert_eq!(gen["output"], tok["input"]);
+    assert_eq!(gen["concurrency"], "auto");
+    assert_eq!(gen["max_tokens"], 128);
+    assert_eq!(gen["params"]["temperature"], 0.7);
+    assert_eq!(steps[1].spec["budget"]["max_hours"], 2.0);
+    assert_eq!(tok["mode"], "conversation");
+    assert_eq!(adapt["input_format"], "sharegpt");
+}
+
+#[test]
+fn without_adaptation_the_generation_reads_the_prompt_set() {
+    let text = GOOD.replace(
+        "output_dir =",
+        "phases = [\"generation\", \"tokenization\"]\noutput_dir =",
+    );
+    let p = parse(&text.replace("[budget]\nmax_hours = 2.0", ""), None).unwrap();
+    let steps = derive(&p);
+    assert_eq!(steps.len(), 2);
+    assert_eq!(steps[0].spec["prompts"], "/data/sharegpt.jsonl");
+    assert!(steps[0].spec.get("concurrency").is_none());
+    assert_eq!(steps[1].depends_on, [StepKey::Generation]);
+}
+
+#[test]
+fn rendered_prompts_go_to_the_completions_api() {
+    let p = parse(&with("[adaptation]\noutput_format = \"rendered\""), None).unwrap();
+    let steps = derive(&p);
+    assert_eq!(steps[2].spec["api"], "completions");
+    assert_eq!(steps[3].spec["mode"], "completion");
+}
+
+#[test]
+fn every_refusal_names_its_path() {
+    let cases: Vec<(String, &str)> = vec![
+        (
+            GOOD.replace("max_tokens = 128", "max_tokens = 0"),
+            "generation.max_tokens",
+        ),
+        (
+            GOOD.replace("max_tokens = 128", "max_tokens = \"many\""),
+            "generation.max_tokens",
+        ),
+        (GOOD.replace("output_dir = \"/data/out\"", ""), "output_dir"),
+        (GOOD.replace("\"/data/out\"", "\"out\""), "output_dir"),
+        (GOOD.replace("name = \"smollm2\"", ""), "model.name"),
+        (
+            GOOD.replace("endpoints = [\"http://127.0.0.1:8080/v1\"]", ""),
+            "model.endpoints",
+        ),
+        (GOOD.replace("dir = \"/models/smollm2\"", ""), "model.dir"),
+        (
+            GOOD.replace("path = \"/data/sharegpt.jsonl\"", ""),
+            "prompts.path",
+        ),
+        (
+            GOOD.replace("plan = \"datagen\"", "plan = \"no spaces\""),
+            "plan",
+        ),
+        (with("[tokenization]\ninput = \"/x\""), "tokenization.input"),
+        (with("[adaptation]\noutput = \"/x\""), "adaptation.output"),
+        (
+            GOOD.replace("temperature = 0.7", "max_tokens = 5"),
+            "sampling.max_tokens",
+        ),
+        (
+            GOOD.replace("temperature = 0.7", "model = \"x\""),
+            "sampling.model",
+        ),
+        (
+            GOOD.replace("output_dir =", "phases = [\"feasibility\"]\noutput_dir ="),
+            "phases",
+        ),
+        (
+            GOOD.replace(
+                "output_dir =",
+                "phases = [\"generation\", \"baking\"]\noutput_dir =",
+            ),
+            "phases[1]",
+        ),
+        (
+            GOOD.replace("output_dir =", "phases = [\"generation\"]\noutput_dir ="),
+            "budget",
+        ),
+    ];
+    for (text, path) in cases {
+        let e = refusal(&text);
+        assert_eq!(e.path, path, "{e}\n--- in ---\n{text}");
+        assert!(!e.reason.is_empty());
+    }
+}
+
+#[test]
+fn unknown_keys_and_bad_toml_say_where() {
+    let e = refusal(&GOOD.replace("[model]", "[model]\nnmae = \"x\""));
+    assert_eq!(e.path, "file");
+    assert!(
+        e.reason.contains("nmae") && e.reason.contains("line"),
+        "{e}"
+    );
+    let e = refusal("output_dir = ");
+    assert_eq!(e.path, "file");
+}
+
+#[test]
+fn a_refused_spec_field_maps_back_to_the_file() {
+    let p = parse(GOOD, None).unwrap();
+    let steps = derive(&p);
+    let gen = &steps[2];
+    assert_eq!(gen.file_path("spec.endpoints[0]"), "model.endpoints");
+    assert_eq!(gen.file_path("spec.params.top_p"), "sampling.top_p");
+    assert_eq!(gen.file_path("spec.max_tokens"), "generation.max_tokens");
+    assert_eq!(steps[3].file_path("spec.tokenizer"), "model.dir");
+    assert_eq!(steps[1].file_path("spec.budget.max_hours"), "budget");
+}
+
+#[test]
+fn the_same_file_derives_the_same_specs() {
+    let a = derive(&parse(GOOD, None).unwrap());
+    let b = derive(&parse(GOOD, None).unwrap());
+    assert_eq!(a, b);
+}
+
+#[test]
+fn relative_paths_are_taken_from_the_files_directory() {
+    let text = GOOD
+        .replace("\"/data/out\"", "\"out\"")
+        .replace("\"/data/sharegpt.jsonl\"", "\"../prompts/sharegpt.jsonl\"");
+    let p = parse(&text, Some(Path::new("/home/me/plans"))).unwrap();
+    assert_eq!(p.output_dir, Path::new("/home/me/plans/out"));
+    assert_eq!(
+        p.prompts,
+        Path::new("/home/me/plans/../prompts/sharegpt.jsonl")
+    );
+}
+
+#[test]
+fn the_published_schema_names_what_the_parser_takes() {
+    let schema: Value =
+        serde_json::from_str(include_str!("../../../docs/pipeline.schema.json")).unwrap();
+    let top: Vec<&str> = schema["properties"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(
+        top,
+        [
+            "plan",
+            "title",
+            "output_dir",
+            "phases",
+            "model",
+            "prompts",
+            "sampling",
+            "budget",
+            "adaptation",
+            "feasibility",
+            "generation",
+            "tokenization"
+        ]
+    );
+    for key in StepKey::ALL {
+        let refused: Vec<&str> = schema["properties"][key.name()]["not"]["anyOf"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["required"][0].as_str().unwrap())
+            .collect();
+        assert_eq!(refused, key.derived_fields(), "{}", key.name());
+    }
+    // Every example in the repository parses.
+    let example = include_str!("../../../examples/datagen.toml");
+    parse(example, Some(Path::new("/x/examples"))).unwrap();
+}

@@ -1,0 +1,201 @@
+//! The scheduler: fires task schedules when their slot comes, on a clock
+//! that tests can drive. A firing that is late (the daemon was down) fires
+//! once at start-up for all the slots it missed; each firing is an event.
+//!
+//! Actions: `reopen` sends a completed plain task back to pending (a
+//! recurring chore); `probe` asks each endpoint of a phase task's spec
+//! whether it answers (`/health`), and records what each said and how fast.
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use tokio::sync::watch;
+
+use crate::domain::schedule::{Action, Schedule};
+use crate::domain::Kind;
+use crate::store::{DueSchedule, Store};
+
+/// Where the scheduler reads the time, and how it waits for it.
+pub trait Clock: Send + Sync + 'static {
+    /// Unix milliseconds.
+    fn now_ms(&self) -> i64;
+    /// Resolves at `at_ms` on this clock, or earlier.
+    fn sleep_until(&self, at_ms: i64) -> Pin<Box<dyn Future<Output = ()> + Send + '_>>;
+}
+
+/// The system's clock.
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now_ms(&self) -> i64 {
+        crate::store::now_ms()
+    }
+
+    fn sleep_until(&self, at_ms: i64) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
+        let wait = (at_ms - self.now_ms()).clamp(0, 60_000) as u64;
+        Box::pin(tokio::time::sleep(Duration::from_millis(wait)))
+    }
+}
+
+/// A clock that moves only when told: schedules of minutes or days, tested
+/// in milliseconds.
+pub struct ManualClock {
+    now: watch::Sender<i64>,
+}
+
+impl ManualClock {
+    pub fn new(start_ms: i64) -> Arc<ManualClock> {
+        Arc::new(ManualClock {
+            now: watch::Sender::new(start_ms),
+        })
+    }
+
+    pub fn set(&self, ms: i64) {
+        self.now.send_replace(ms);
+    }
+
+    pub fn advance(&self, by: Duration) {
+        self.now.send_modify(|now| *now += by.as_millis() as i64);
+    }
+}
+
+impl Clock for ManualClock {
+    fn now_ms(&self) -> i64 {
+        *self.now.borrow()
+    }
+
+    fn sleep_until(&self, at_ms: i64) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
+        let mut rx = self.now.subscribe();
+        Box::pin(async move {
+            let _ = rx.wait_for(|now| *now >= at_ms).await;
+        })
+    }
+}
+
+/// How often the scheduler looks again when nothing is due sooner.
+const IDLE_LOOK: i64 = 60_000;
+/// Commits (progress of a busy run) wake it at most this often.
+const DEBOUNCE: Duration = Duration::from_millis(200);
+/// How long an endpoint has to answer a probe.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Runs until `stop` turns true.
+pub async fn run(store: Store, clock: Arc<dyn Clock>, mut stop: watch::Receiver<bool>) {
+    let mut commits = store.subscribe();
+    let http = reqwest::Client::builder()
+        .timeout(PROBE_TIMEOUT)
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .ok();
+    loop {
+        if *stop.borrow_and_update() {
+            return;
+        }
+        let now = clock.now_ms();
+        match store.due_schedules(now).await {
+            Ok(due) => {
+                for schedule in due {
+                    if let Err(e) = fire(&store, clock.as_ref(), http.as_ref(), &schedule).await {
+                        tracing::warn!(task = %schedule.task, error = %e, "schedule firing not recorded");
+                    }
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "cannot read the schedules"),
+        }
+        let next = store.next_schedule_slot().await.ok().flatten();
+        let wake = next.map_or(now + IDLE_LOOK, |n| n.min(now + IDLE_LOOK));
+        let committed = tokio::select! {
+            _ = clock.sleep_until(wake) => false,
+            _ = commits.changed() => true,
+            gone = stop.changed() => {
+                if gone.is_err() {
+                    return;
+                }
+                continue;
+            }
+        };
+        if committed {
+            // A schedule may have been set: look again, but not at every
+            // progress commit of a busy run.
+            tokio::time::sleep(DEBOUNCE).await;
+        }
+    }
+}
+
+async fn fire(
+    store: &Store,
+    clock: &dyn Clock,
+    http: Option<&reqwest::Client>,
+    due: &DueSchedule,
+) -> Result<(), crate::store::Error> {
+    let now = clock.now_ms();
+    let parsed = Action::parse("action", &due.action)
+        .and_then(|action| Schedule::parse(&due.cron, &due.timezone, action, now));
+    let schedule = match parsed {
+        Ok(s) => s,
+        Err(e) => {
+            // Stored by an older daemon with other rules: stop it, say why.
+            let outcome = json!({"error": e.to_string()});
+            return store
+                .record_firing(due.task, due.next_fire_at, None, &outcome, false)
+                .await;
+        }
+    };
+    let Some(firing) = schedule.due(due.next_fire_at, now) else {
+        return Ok(());
+    };
+    let mut outcome = json!({
+        "action": schedule.action.as_str(),
+        "slot": crate::api::convert::time(firing.slot_ms),
+        "missed_slots": firing.slots - 1,
+        "next": firing.next_ms.map(crate::api::convert::time),
+    });
+    let mut reopen = false;
+    match schedule.action {
+        // Whether it is still completed is the store's to say, in the
+        // firing's own transaction.
+        Action::Reopen => reopen = due.kind == Kind::Todo,
+        Action::Probe => {
+            outcome["endpoints"] = probe(http, due.spec.as_deref()).await;
+        }
+    }
+    tracing::info!(task = %due.task, action = schedule.action.as_str(), missed = firing.slots - 1, "schedule fired");
+    store
+        .record_firing(due.task, due.next_fire_at, firing.next_ms, &outcome, reopen)
+        .await
+}
+
+/// Each endpoint of a spec: does `/health` answer 2xx, and how fast.
+async fn probe(http: Option<&reqwest::Client>, spec: Option<&str>) -> Value {
+    let endpoints: Vec<String> = spec
+        .and_then(|s| serde_json::from_str::<Value>(s).ok())
+        .and_then(|v| v.get("endpoints").cloned())
+        .and_then(|v| serde_json::from_value(v).ok())
+        .unwrap_or_default();
+    let Some(http) = http else {
+        return json!({"error": "no HTTP client"});
+    };
+    let mut answers = Vec::new();
+    for endpoint in endpoints {
+        let url = format!("{}/health", endpoint.trim_end_matches('/'));
+        let started = Instant::now();
+        let answer = match http.get(&url).send().await {
+            Ok(r) => json!({
+                "endpoint": endpoint,
+                "ok": r.status().is_success(),
+                "status": r.status().as_u16(),
+                "ms": started.elapsed().as_millis() as u64,
+            }),
+            Err(e) => json!({
+                "endpoint": endpoint,
+                "ok": false,
+                "error": if e.is_timeout() { "timed out".to_string() } else if e.is_connect() { "cannot connect".to_string() } else { "request failed".to_string() },
+                "ms": started.elapsed().as_millis() as u64,
+            }),
+        };
+        answers.push(answer);
+    }
+    Value::Array(answers)
+}

@@ -1,0 +1,203 @@
+//! Task schedules: set and cleared by clients (each a change with its
+//! event), found due by the scheduler, and fired: the firing's event, its
+//! effect (a reopen) and the next slot in one transaction, so that a kill
+//! between them can neither lose a firing nor fire one twice.
+use serde_json::json;
+
+use super::read::task_by_id;
+use super::sqlite::Db;
+use super::write::{transition, writable_task};
+use super::{now_ms, Error, Store, TaskView, WriteContext, DAEMON_ACTOR};
+use crate::domain::schedule::{Action, Schedule};
+use crate::domain::{self, Change, Kind, Status, TaskId};
+
+/// A schedule that is due, with what its firing needs of the task.
+#[derive(Debug, Clone)]
+pub struct DueSchedule {
+    pub task: TaskId,
+    pub cron: String,
+    pub timezone: String,
+    pub action: String,
+    pub next_fire_at: i64,
+    pub kind: Kind,
+    pub status: Status,
+    pub spec: Option<String>,
+}
+
+fn stored(db: &mut Db, id: TaskId) -> Result<Option<String>, Error> {
+    db.query_row(
+        "SELECT json_object('cron', cron, 'timezone', timezone, 'action', action, \
+         'next_fire_at', next_fire_at) FROM schedules WHERE task_id = ?",
+        &[id.0.into()],
+        |row| Ok(row.text(0)?.to_string()),
+    )
+}
+
+fn set(
+    db: &mut Db,
+    id: TaskId,
+    schedule: Option<&Schedule>,
+    now: i64,
+    ctx: &WriteContext,
+) -> Result<(TaskView, Option<i64>), Error> {
+    let (head, revision) = writable_task(db, id, ctx)?;
+    if let Some(s) = schedule {
+        match (s.action, head.kind) {
+            (Action::Reopen, Kind::Todo) => {}
+            (Action::Reopen, kind) => {
+                return Err(domain::Error::invalid(
+                    "action",
+                    format!("reopen is for plain tasks; {id} is a {kind} task (retry it instead)"),
+                )
+                .into())
+            }
+            (Action::Probe, Kind::Generation | Kind::Feasibility) => {}
+            (Action::Probe, kind) => {
+                return Err(domain::Error::invalid(
+                    "action",
+                    format!("probe asks a task's endpoints; {id} is a {kind} task, which has none"),
+                )
+                .into())
+            }
+        }
+    }
+    let old = stored(db, id)?;
+    let new = schedule.map(|s| {
+        json!({
+            "cron": s.cron,
+            "timezone": s.timezone,
+            "action": s.action.as_str(),
+            "next_fire_at": s.next_after(now),
+        })
+        .to_string()
+    });
+    if old.is_none() && new.is_none() {
+        return Ok((task_by_id(db, id)?, None));
+    }
+    let changes = [Change::ScheduleChanged { id, old, new }];
+    let applied = super::persist::apply(db, head.plan_id, revision, &changes, ctx, now_ms())?;
+    Ok((task_by_id(db, id)?, applied.last_seq))
+}
+
+/// Records a firing and moves the schedule to its next slot; a reopen
+/// reopens the task in the same transaction. Nothing happens when the
+/// schedule changed since it was found due (`due_at` is no longer its slot).
+fn fired(
+    db: &mut Db,
+    id: TaskId,
+    due_at: i64,
+    next: Option<i64>,
+    outcome: &serde_json::Value,
+    reopen: bool,
+    now: i64,
+) -> Result<((), Option<i64>), Error> {
+    let still = db.query_row(
+        "SELECT 1 FROM schedules WHERE task_id = ? AND next_fire_at = ?",
+        &[id.0.into(), due_at.into()],
+        |_| Ok(()),
+    )?;
+    if still.is_none() {
+        return Ok(((), None));
+    }
+    db.execute(
+        "UPDATE schedules SET next_fire_at = ?, last_fired_at = ? WHERE task_id = ?",
+        &[next.into(), now.into(), id.0.into()],
+    )?;
+    let mut seq = None;
+    let mut outcome = outcome.clone();
+    // Reopened only if it is still completed now, inside this transaction,
+    // and if the graph allows it (not while a dependent has started).
+    if reopen && task_by_id(db, id)?.status == Status::Completed {
+        let ctx = WriteContext {
+            actor: DAEMON_ACTOR.to_string(),
+            reason: "schedule: reopened".to_string(),
+            expected_revision: None,
+        };
+        match transition(db, id, Status::Pending, &ctx) {
+            Ok((_, s)) => {
+                seq = s;
+                outcome["reopened"] = json!(true);
+            }
+            Err(Error::Rule(why)) => {
+                outcome["reopened"] = json!(false);
+                outcome["why"] = json!(why.to_string());
+            }
+            Err(other) => return Err(other),
+        }
+    } else if reopen {
+        outcome["reopened"] = json!(false);
+        outcome["why"] = json!("not completed: the chore is still open");
+    }
+    let event = super::phases::record(db, id, "schedule_fired", Some(&outcome.to_string()), "")?;
+    Ok(((), Some(seq.map_or(event, |s: i64| s.max(event)))))
+}
+
+impl Store {
+    /// Sets (or with `None` clears) a task's schedule; its first slot is
+    /// the first after `now`.
+    pub async fn set_schedule(
+        &self,
+        id: TaskId,
+        schedule: Option<Schedule>,
+        now: i64,
+        ctx: &WriteContext,
+    ) -> Result<TaskView, Error> {
+        self.write(|db| set(db, id, schedule.as_ref(), now, ctx))
+            .await
+    }
+
+    /// Schedules whose slot is at or before `now`, of tasks that are live:
+    /// a cancelled or archived task's schedule stops.
+    pub async fn due_schedules(&self, now: i64) -> Result<Vec<DueSchedule>, Error> {
+        self.read(|db| {
+            db.query(
+                "SELECT s.task_id, s.cron, s.timezone, s.action, s.next_fire_at, t.kind, \
+                 t.status, t.spec FROM schedules s JOIN tasks t ON t.id = s.task_id \
+                 WHERE s.next_fire_at IS NOT NULL AND s.next_fire_at <= ? \
+                 AND t.status != 'cancelled' AND t.archived_at IS NULL \
+                 ORDER BY s.next_fire_at",
+                &[now.into()],
+                |row| {
+                    Ok(DueSchedule {
+                        task: TaskId(row.int(0)?),
+                        cron: row.text(1)?.to_string(),
+                        timezone: row.text(2)?.to_string(),
+                        action: row.text(3)?.to_string(),
+                        next_fire_at: row.int(4)?,
+                        kind: row.parsed(5, "kind")?,
+                        status: row.parsed(6, "status")?,
+                        spec: row.opt_text(7)?.map(str::to_string),
+                    })
+                },
+            )
+        })
+        .await
+    }
+
+    /// The earliest slot of any live task's schedule.
+    pub async fn next_schedule_slot(&self) -> Result<Option<i64>, Error> {
+        self.read(|db| {
+            db.query_row(
+                "SELECT MIN(s.next_fire_at) FROM schedules s JOIN tasks t ON t.id = s.task_id \
+                 WHERE t.status != 'cancelled' AND t.archived_at IS NULL",
+                &[],
+                |row| row.opt_int(0),
+            )
+            .map(Option::flatten)
+        })
+        .await
+    }
+
+    /// Records a firing (see [`fired`]).
+    pub async fn record_firing(
+        &self,
+        id: TaskId,
+        due_at: i64,
+        next: Option<i64>,
+        outcome: &serde_json::Value,
+        reopen: bool,
+    ) -> Result<(), Error> {
+        self.write(|db| fired(db, id, due_at, next, outcome, reopen, now_ms()))
+            .await
+    }
+}
