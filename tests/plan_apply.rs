@@ -9,7 +9,9 @@ use std::time::Duration;
 use serde_json::Value;
 use todod_e2e::fixtures::fixture;
 use todod_e2e::mock_openai::{MockOpenAi, Settings};
-use todod_e2e::{proto, wait_task, Client, ClosedPort, RealDaemon, TestDaemon};
+use todod_e2e::{
+    ids, kill_while_running, proto, wait_task, Client, ClosedPort, RealDaemon, TestDaemon,
+};
 use tonic::Code;
 
 /// A pipeline file over the shared ShareGPT prompts and SmolLM2's model
@@ -283,48 +285,6 @@ async fn refusals_name_their_path_in_the_file() {
     assert!(plans.into_inner().plans.is_empty(), "a refused file wrote");
 }
 
-fn ids(path: &Path) -> Vec<String> {
-    std::fs::read_to_string(path)
-        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-        .lines()
-        .map(|l| {
-            let v: Value = serde_json::from_str(l).unwrap();
-            v["id"].as_str().unwrap().to_string()
-        })
-        .collect()
-}
-
-/// Kills the daemon once while `task` is running with some work done (if
-/// it is caught running at all; a phase that ends first is not a failure of
-/// the product), then starts it again.
-async fn kill_while_running(
-    daemon: &mut RealDaemon,
-    state: &Path,
-    task: &str,
-    kills: &mut Vec<String>,
-) -> Client {
-    let mut c = daemon.client().await;
-    for _ in 0..20_000 {
-        let t = c
-            .get_task(proto::GetTaskRequest { id: task.into() })
-            .await
-            .unwrap()
-            .into_inner();
-        if t.status == "completed" || t.status == "failed" {
-            return c;
-        }
-        let done = t.progress.as_ref().map_or(0, |p| p.done);
-        if t.status == "in_progress" && done > 0 {
-            daemon.kill9();
-            kills.push(format!("{task} at {done}"));
-            *daemon = RealDaemon::spawn(state);
-            return daemon.client().await;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    panic!("{task} neither ran nor ended");
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_whole_pipeline_runs_on_the_mock_with_a_kill_in_each_phase() {
     let dir = tempfile::tempdir().unwrap();
@@ -371,7 +331,15 @@ async fn the_whole_pipeline_runs_on_the_mock_with_a_kill_in_each_phase() {
         .collect();
     let mut kills = Vec::new();
     for task in &tasks {
-        c = kill_while_running(&mut daemon, &state, task, &mut kills).await;
+        c = kill_while_running(
+            &mut daemon,
+            &state,
+            "datagen",
+            task,
+            Duration::from_secs(120),
+            &mut kills,
+        )
+        .await;
         let ended = wait_task(&mut c, "datagen", task, |t| {
             ["completed", "failed", "cancelled"].contains(&t.status.as_str())
         })

@@ -80,6 +80,8 @@ pub fn pipeline(tasks: &[todod::proto::Task]) -> String {
                 parts.push(format!("waits for {}", t.blocked_by.join(", ")))
             }
             "failed" => parts.push(escape(t.error.lines().next().unwrap_or("")).into_owned()),
+            // A sweep's progress counts levels, not records.
+            _ if t.kind == "feasibility" => {}
             _ => {
                 if let Some(p) = p.filter(|p| p.done > 0 || p.failed > 0) {
                     let mut s = format!("{} done", p.done);
@@ -99,7 +101,7 @@ pub fn pipeline(tasks: &[todod::proto::Task]) -> String {
                 if let (Some(v), Some(lo), Some(hi)) = (f(&h["value"]), f(&h["low"]), f(&h["high"]))
                 {
                     parts.push(format!(
-                        "go: {} ({}-{}) at concurrency {}",
+                        "go: {} ({} to {}) at concurrency {}",
                         hours(v),
                         hours(lo),
                         hours(hi),

@@ -541,3 +541,62 @@ impl Default for SilentPort {
         SilentPort::new()
     }
 }
+
+/// The `id` of every line of a JSONL file, in order.
+pub fn ids(path: &Path) -> Vec<String> {
+    std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            v["id"].as_str().unwrap().to_string()
+        })
+        .collect()
+}
+
+/// Kills the real daemon once while `task` of `plan` is running with some
+/// work done, if it is caught running at all (a phase that ends first is not
+/// a failure of the product), then starts it again on the same state.
+/// Follows the plan's events rather than polling; bounded by `limit`.
+pub async fn kill_while_running(
+    daemon: &mut RealDaemon,
+    state: &Path,
+    plan: &str,
+    task: &str,
+    limit: Duration,
+    kills: &mut Vec<String>,
+) -> Client {
+    use futures::StreamExt;
+    let mut c = daemon.client().await;
+    let mut events = c
+        .watch_plan(proto::WatchPlanRequest {
+            plan: plan.into(),
+            after_seq: 0,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        let t = c
+            .get_task(proto::GetTaskRequest { id: task.into() })
+            .await
+            .unwrap()
+            .into_inner();
+        if ["completed", "failed", "cancelled"].contains(&t.status.as_str()) {
+            return c;
+        }
+        let done = t.progress.as_ref().map_or(0, |p| p.done);
+        if t.status == "in_progress" && done > 0 {
+            daemon.kill9();
+            kills.push(format!("{task} at {done}"));
+            *daemon = RealDaemon::spawn(state);
+            return daemon.client().await;
+        }
+        match tokio::time::timeout_at(deadline, events.next()).await {
+            Ok(Some(_)) => {}
+            Ok(None) => panic!("{task}: the event stream ended"),
+            Err(_) => panic!("{task} neither ran nor ended within {limit:?}"),
+        }
+    }
+}
