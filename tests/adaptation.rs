@@ -188,6 +188,60 @@ async fn rendering_with_qwen3s_template_gives_transformers_bytes() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sample_keeps_n_lines_chosen_by_its_seed_the_same_on_every_run() {
+    let daemon = TestDaemon::start().await;
+    let mut c = daemon.client().await;
+    let dir = tempfile::tempdir().unwrap();
+    let input = fixture("prompts/sharegpt.jsonl");
+    let run = |seed: u64| json!({"sample": {"count": 50, "seed": seed}});
+    let (first_task, first) = adapt(&mut c, dir.path(), "first", input.clone(), run(7)).await;
+    let (_, again) = adapt(&mut c, dir.path(), "again", input.clone(), run(7)).await;
+    let (_, other) = adapt(&mut c, dir.path(), "other", input.clone(), run(8)).await;
+    assert_eq!(first_task.status, "completed", "{}", first_task.error);
+    assert_eq!(first.len(), 50);
+    assert_eq!(first, again, "the same seed chooses the same lines");
+    let ids = |v: &[Value]| -> std::collections::BTreeSet<String> {
+        v.iter()
+            .map(|l| l["id"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(ids(&first).len(), 50, "no line twice");
+    assert_ne!(ids(&first), ids(&other), "another seed chooses others");
+    // Kept in the input's order.
+    let order: Vec<String> = std::fs::read_to_string(&input)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<Value>(l).unwrap()["id"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .filter(|id| ids(&first).contains(id))
+        .collect();
+    let written: Vec<String> = first
+        .iter()
+        .map(|l| l["id"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(written, order);
+    // The counts say what happened: 50 adapted, 250 left out, none rejected.
+    let result: Value = serde_json::from_str(&first_task.result_json).unwrap();
+    assert_eq!(result["records"], 50);
+    assert_eq!(result["rejected"], 0);
+    assert_eq!(result["sample"]["not_sampled"], 250, "{result}");
+    let progress = first_task.progress.unwrap();
+    assert_eq!(
+        (progress.done, progress.total, progress.rejected),
+        (50, 50, 0)
+    );
+    assert!(
+        std::fs::read_to_string(dir.path().join("first.jsonl.rejects.jsonl"))
+            .unwrap_or_default()
+            .is_empty()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_bad_line_is_rejected_with_its_reason_and_the_good_ones_adapted() {
     let daemon = TestDaemon::start().await;
     let mut c = daemon.client().await;

@@ -68,6 +68,8 @@ struct RawModel {
 struct RawPrompts {
     path: Option<PathBuf>,
     format: Option<String>,
+    sample: Option<i64>,
+    seed: Option<u64>,
 }
 
 /// The served model and where its tokenizer and chat template are.
@@ -93,6 +95,8 @@ pub struct Pipeline {
     pub model: Model,
     pub prompts: PathBuf,
     pub prompts_format: Option<String>,
+    /// N of the prompt set's lines, chosen by a seed; `None`: all of them.
+    pub sample: Option<(u64, u64)>,
     /// Request parameters (temperature, top_p, ...) for every request.
     pub sampling: Map<String, Value>,
     pub budget: Map<String, Value>,
@@ -238,6 +242,28 @@ fn check(raw: RawPipeline, base: Option<&Path>) -> Result<Pipeline, SpecError> {
         "prompts.path",
         base,
     )?;
+    let sample = match prompts.sample {
+        None if prompts.seed.is_some() => {
+            return Err(refuse(
+                "prompts.seed",
+                "chooses a sample; set prompts.sample too",
+            ))
+        }
+        None => None,
+        Some(n) if n < 1 => {
+            return Err(refuse(
+                "prompts.sample",
+                "must be a positive number of prompts",
+            ))
+        }
+        Some(_) if !phases.contains(&StepKey::Adaptation) => {
+            return Err(refuse(
+                "prompts.sample",
+                "is taken by the adaptation phase, which is not in `phases`",
+            ))
+        }
+        Some(n) => Some((n as u64, prompts.seed.unwrap_or(1))),
+    };
 
     let mut sampling = raw.sampling;
     if sampling.contains_key("max_tokens") {
@@ -320,6 +346,7 @@ fn check(raw: RawPipeline, base: Option<&Path>) -> Result<Pipeline, SpecError> {
         },
         prompts: path,
         prompts_format: prompts.format,
+        sample,
         sampling,
         budget: raw.budget,
         options,

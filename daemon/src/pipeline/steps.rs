@@ -50,7 +50,7 @@ impl StepKey {
     /// Spec fields the pipeline sets itself; a section may not set them.
     pub fn derived_fields(self) -> &'static [&'static str] {
         match self {
-            StepKey::Adaptation => &["input", "output", "rejects", "target"],
+            StepKey::Adaptation => &["input", "output", "rejects", "target", "sample"],
             StepKey::Feasibility => &[
                 "generation",
                 "prompts",
@@ -157,6 +157,9 @@ pub fn derive(p: &Pipeline) -> Vec<Step> {
             spec.insert("input_format".into(), json!(format));
         }
         spec.insert("target".into(), model_dir.clone().unwrap_or(Value::Null));
+        if let Some((count, seed)) = p.sample {
+            spec.insert("sample".into(), json!({"count": count, "seed": seed}));
+        }
         spec.extend(p.options(StepKey::Adaptation).clone());
         steps.push(Step {
             key: StepKey::Adaptation,
@@ -171,6 +174,7 @@ pub fn derive(p: &Pipeline) -> Vec<Step> {
                 ("input", "prompts.path"),
                 ("input_format", "prompts.format"),
                 ("target", "model.dir"),
+                ("sample", "prompts.sample"),
                 ("output", "output_dir"),
                 ("rejects", "output_dir"),
             ],

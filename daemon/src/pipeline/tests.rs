@@ -51,6 +51,16 @@ fn a_whole_file_gives_the_four_steps_chained() {
     assert_eq!(steps[1].spec["budget"]["max_hours"], 2.0);
     assert_eq!(tok["mode"], "conversation");
     assert_eq!(adapt["input_format"], "sharegpt");
+    assert!(adapt.get("sample").is_none());
+    let p = parse(
+        &GOOD.replace("format = \"sharegpt\"", "sample = 100\nseed = 9"),
+        None,
+    )
+    .unwrap();
+    assert_eq!(
+        derive(&p)[0].spec["sample"],
+        serde_json::json!({"count": 100, "seed": 9})
+    );
 }
 
 #[test]

@@ -56,6 +56,9 @@ pub struct Stats {
     pub trailing_prefilled: u64,
     /// Prompts by length in the target's tokens (when it has a tokenizer).
     pub lengths: BTreeMap<u64, u64>,
+    /// Lines left out by the spec's `sample`.
+    #[serde(default)]
+    pub not_sampled: u64,
 }
 
 impl Stats {
@@ -103,6 +106,51 @@ struct Adaptation {
     tokenizer: Option<Arc<dyn Tokenizer>>,
     /// Whether the target template renders a system message.
     takes_system: bool,
+    /// The line numbers the spec's `sample` keeps; `None`: every line.
+    sample: Option<std::collections::HashSet<u64>>,
+}
+
+impl Adaptation {
+    fn sampled_out(&self, number: u64) -> bool {
+        self.sample
+            .as_ref()
+            .is_some_and(|keep| !keep.contains(&number))
+    }
+}
+
+/// `count` distinct line numbers of `1..=lines`, chosen by `seed` (Floyd's
+/// algorithm): the same numbers for the same file and seed, on every run.
+fn sample_lines(lines: u64, count: u64, seed: u64) -> std::collections::HashSet<u64> {
+    let mut rng = crate::phase::feasibility::stats::SplitMix(seed);
+    let mut chosen = std::collections::HashSet::with_capacity(count as usize);
+    for j in (lines - count + 1)..=lines {
+        let t = 1 + rng.next_u64() % j;
+        if !chosen.insert(t) {
+            chosen.insert(j);
+        }
+    }
+    chosen
+}
+
+/// Lines of a file, as the reader numbers them (a last line without a
+/// newline counts).
+fn count_lines(path: &std::path::Path) -> Result<u64, String> {
+    use std::io::Read;
+    let mut file = crate::phase::files::open_input(path)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let mut buf = vec![0u8; 1 << 20];
+    let (mut lines, mut last) = (0u64, b'\n');
+    loop {
+        let n = file
+            .read(&mut buf)
+            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        if n == 0 {
+            break;
+        }
+        lines += memchr::memchr_iter(b'\n', &buf[..n]).count() as u64;
+        last = buf[n - 1];
+    }
+    Ok(lines + u64::from(last != b'\n'))
 }
 
 impl Adaptation {
@@ -241,6 +289,9 @@ fn continue_final(text: &str, messages: &[Message]) -> Result<String, String> {
     }
 }
 
+/// The parse "error" of a line the sample leaves out; never written.
+const NOT_SAMPLED: &str = "not in the sample";
+
 impl RecordPhase for Adaptation {
     type Item = Conversation;
     type Output = Result<Adapted, String>;
@@ -257,6 +308,9 @@ impl RecordPhase for Adaptation {
     }
 
     fn parse(&self, bytes: &[u8], number: u64) -> Result<Conversation, String> {
+        if self.sampled_out(number) {
+            return Err(NOT_SAMPLED.into());
+        }
         formats::read(bytes, number, &self.reading)
     }
 
@@ -294,10 +348,7 @@ impl RecordPhase for Adaptation {
                 }
                 files.line(OUTPUT, &adapted.line)
             }
-            Err(reason) => {
-                stats.rejected += 1;
-                pipeline::reject_line(files, REJECTS, line, None, &reason)
-            }
+            Err(reason) => self.reject(line, &reason, files, stats),
         }
     }
 
@@ -308,6 +359,12 @@ impl RecordPhase for Adaptation {
         files: &mut Files<'_>,
         stats: &mut Stats,
     ) -> io::Result<()> {
+        // A line the sample leaves out is neither adapted nor rejected,
+        // whatever else is wrong with it (a bad line, a duplicate id).
+        if self.sampled_out(line.number) {
+            stats.not_sampled += 1;
+            return Ok(());
+        }
         stats.rejected += 1;
         pipeline::reject_line(files, REJECTS, line, None, reason)
     }
@@ -315,7 +372,7 @@ impl RecordPhase for Adaptation {
     fn progress(&self, stats: &Stats, _pass: &PassCounts, input: &InputState) -> Value {
         json!({
             "done": stats.records, "failed": 0, "rejected": stats.rejected,
-            "total": input.lines.saturating_sub(stats.rejected),
+            "total": input.lines.saturating_sub(stats.rejected + stats.not_sampled),
         })
     }
 }
@@ -355,6 +412,13 @@ fn prepare(spec: &AdaptationSpec, now: i64) -> Result<Adaptation, String> {
         now: Clock::at_unix(now),
         tokenizer,
         takes_system: true,
+        sample: match spec.sample {
+            Some(s) => {
+                let lines = count_lines(&spec.input)?;
+                (s.count < lines).then(|| sample_lines(lines, s.count, s.seed))
+            }
+            None => None,
+        },
         spec: spec.clone(),
     };
     if adaptation.template.is_some() {
@@ -382,7 +446,11 @@ fn verdict(spec: &AdaptationSpec, mut state: PhaseState, template: Option<&str>)
         Err(e) => return Ended::broke_off(e),
     };
     state.closed = true;
-    let lines = state.input.as_ref().map_or(0, |i| i.lines);
+    let lines = state
+        .input
+        .as_ref()
+        .map_or(0, |i| i.lines)
+        .saturating_sub(stats.not_sampled);
     let share = if lines == 0 {
         0.0
     } else {
@@ -422,6 +490,9 @@ fn verdict(spec: &AdaptationSpec, mut state: PhaseState, template: Option<&str>)
         "trailing_assistant": {"dropped": stats.trailing_dropped, "prefilled": stats.trailing_prefilled},
         "prompt_tokens": lengths, "template_sha256": template,
         "output": spec.output, "rejects": spec.rejects,
+        "sample": spec.sample.map(|s| json!({
+            "count": s.count, "seed": s.seed, "not_sampled": stats.not_sampled,
+        })),
     });
     Ended::Completed {
         result: result.to_string(),

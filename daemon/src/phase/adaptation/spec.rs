@@ -30,6 +30,7 @@ pub const OUTPUT_FIELDS: &[&str] = &[
     "role_map",
     "max_prompt_tokens",
     "batch",
+    "sample",
 ];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -78,6 +79,21 @@ struct RawBatch {
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
+struct RawSample {
+    count: i64,
+    #[serde(default)]
+    seed: Option<u64>,
+}
+
+/// N lines of the input, chosen by a seed: the same lines on every run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sample {
+    pub count: u64,
+    pub seed: u64,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
 struct Raw {
     input: PathBuf,
     output: PathBuf,
@@ -113,6 +129,8 @@ struct Raw {
     batch: Option<RawBatch>,
     #[serde(default)]
     max_rejected_share: Option<f64>,
+    #[serde(default)]
+    sample: Option<RawSample>,
     #[serde(default)]
     threads: Option<i64>,
     #[serde(default)]
@@ -153,6 +171,8 @@ pub struct AdaptationSpec {
     pub max_prompt_tokens: Option<usize>,
     pub batch: Option<BatchShape>,
     pub max_rejected_share: f64,
+    /// Only these many lines, chosen by a seed; `None`: every line.
+    pub sample: Option<Sample>,
     pub threads: usize,
     pub overwrite: bool,
 }
@@ -276,6 +296,15 @@ fn typed(raw: Raw) -> Result<AdaptationSpec, Error> {
             "max_rejected_share",
             raw.max_rejected_share.unwrap_or(0.05),
         )?,
+        sample: raw
+            .sample
+            .map(|s| -> Result<Sample, Error> {
+                Ok(Sample {
+                    count: check::int_in("sample.count", s.count, 1..=1_000_000_000)? as u64,
+                    seed: s.seed.unwrap_or(1),
+                })
+            })
+            .transpose()?,
         threads,
         overwrite: raw.overwrite.unwrap_or(false),
     })
