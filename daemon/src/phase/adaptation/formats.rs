@@ -73,17 +73,22 @@ pub fn derived_id(number: u64) -> String {
 
 /// The format of a parsed line, from its fields.
 pub fn detect(object: &Map<String, Value>) -> Option<Format> {
-    if object.contains_key("custom_id") && object.contains_key("body") {
+    detect_by(|key| object.contains_key(key))
+}
+
+/// The format of a line whose fields `has` names.
+fn detect_by(has: impl Fn(&str) -> bool) -> Option<Format> {
+    if has("custom_id") && has("body") {
         Some(Format::Batch)
-    } else if object.contains_key("conversations") {
+    } else if has("conversations") {
         Some(Format::Sharegpt)
-    } else if object.contains_key("instruction") {
+    } else if has("instruction") {
         Some(Format::Alpaca)
-    } else if object.contains_key("messages") {
+    } else if has("messages") {
         Some(Format::Openai)
-    } else if object.contains_key("text") {
+    } else if has("text") {
         Some(Format::Rendered)
-    } else if object.contains_key("prompt") {
+    } else if has("prompt") {
         Some(Format::Prompt)
     } else {
         None
@@ -94,16 +99,86 @@ pub fn detect(object: &Map<String, Value>) -> Option<Format> {
 /// the pass starts.
 /// The id a line names, if any (a line without one is told apart by its
 /// number).
+///
+/// The survey reads every line before the pass, so this skims it: the
+/// fields `detect` looks at are only noted, the two ids kept, nothing else
+/// built. It agrees with a full parse (a repeated key: the last one counts).
 pub fn line_id(bytes: &[u8], reading: &Reading) -> Option<String> {
-    let value: Value = serde_json::from_slice(bytes).ok()?;
-    let object = value.as_object()?;
-    let format = reading.format.or_else(|| detect(object))?;
-    let key = if format == Format::Batch {
-        "custom_id"
+    let skim = Skim::of(bytes)?;
+    let format = reading.format.or_else(|| skim.detect())?;
+    let id = if format == Format::Batch {
+        skim.custom_id
     } else {
-        "id"
+        skim.id
     };
-    object.get(key).and_then(crate::phase::lines::id_text)
+    id.as_ref().and_then(crate::phase::lines::id_text)
+}
+
+/// What `line_id` needs of a line: which of `detect`'s fields it has, and
+/// its ids.
+#[derive(Default)]
+struct Skim {
+    keys: u8,
+    id: Option<Value>,
+    custom_id: Option<Value>,
+}
+
+const DETECTED: [&str; 7] = [
+    "custom_id",
+    "body",
+    "conversations",
+    "instruction",
+    "messages",
+    "text",
+    "prompt",
+];
+
+impl Skim {
+    fn of(bytes: &[u8]) -> Option<Skim> {
+        use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Skim;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Skim, A::Error> {
+                let mut skim = Skim::default();
+                while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+                    if let Some(i) = DETECTED.iter().position(|k| *k == key) {
+                        skim.keys |= 1 << i;
+                    }
+                    match &*key {
+                        "id" => skim.id = Some(map.next_value()?),
+                        "custom_id" => skim.custom_id = Some(map.next_value()?),
+                        _ => {
+                            map.next_value::<IgnoredAny>()?;
+                        }
+                    }
+                }
+                Ok(skim)
+            }
+        }
+        // Skipped strings are not checked for UTF-8; a full parse would
+        // refuse the line, so this does too.
+        let text = std::str::from_utf8(bytes).ok()?;
+        let mut de = serde_json::Deserializer::from_str(text);
+        let skim = de.deserialize_map(V).ok()?;
+        de.end().ok()?;
+        Some(skim)
+    }
+
+    fn has(&self, key: &str) -> bool {
+        DETECTED
+            .iter()
+            .position(|k| *k == key)
+            .is_some_and(|i| self.keys & (1 << i) != 0)
+    }
+
+    /// `detect`, on the noted fields.
+    fn detect(&self) -> Option<Format> {
+        detect_by(|key| self.has(key))
+    }
 }
 
 fn id_of(object: &Map<String, Value>, format: Format, number: u64) -> Result<String, String> {
@@ -274,6 +349,72 @@ pub fn read(bytes: &[u8], number: u64, reading: &Reading) -> Result<Conversation
         format,
         messages,
     })
+}
+
+#[cfg(test)]
+mod skim_tests {
+    use super::*;
+
+    /// The id a full parse finds, as `line_id` did before it skimmed.
+    fn parsed_id(bytes: &[u8], reading: &Reading) -> Option<String> {
+        let value: Value = serde_json::from_slice(bytes).ok()?;
+        let object = value.as_object()?;
+        let format = reading.format.or_else(|| detect(object))?;
+        let key = if format == Format::Batch {
+            "custom_id"
+        } else {
+            "id"
+        };
+        object.get(key).and_then(crate::phase::lines::id_text)
+    }
+
+    #[test]
+    fn skimming_finds_the_id_a_full_parse_finds() {
+        let mut lines: Vec<Vec<u8>> = [
+            r#"{"id": "a", "messages": []}"#,
+            r#"{"id": 7, "conversations": [{"from": "human", "value": "x", "id": "inner"}]}"#,
+            r#"{"custom_id": "c", "body": {"id": "no"}, "id": "other"}"#,
+            r#"{"custom_id": "c", "messages": [], "id": "d"}"#,
+            r#"{"id": "first", "id": "last", "prompt": "p"}"#,
+            r#"{"id": "", "text": "t"}"#,
+            r#"{"id": null, "instruction": "i"}"#,
+            r#"{"id": "x"}"#,
+            r#"{"id": "x", "prompt": "p"} trailing"#,
+            r#"["id", "x"]"#,
+            r#"{"id": "x", "prompt": "#,
+            "",
+        ]
+        .iter()
+        .map(|s| s.as_bytes().to_vec())
+        .collect();
+        let shared =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures/prompts");
+        for file in [
+            "openai_messages.jsonl",
+            "sharegpt.jsonl",
+            "alpaca.jsonl",
+            "qwen3_rendered.jsonl",
+            "bad_lines.jsonl",
+        ] {
+            let bytes = std::fs::read(shared.join(file))
+                .unwrap_or_else(|e| panic!("FIXTURES MISSING: {file}: {e}"));
+            lines.extend(bytes.split(|b| *b == b'\n').map(<[u8]>::to_vec));
+        }
+        for format in [None, Some(Format::Batch), Some(Format::Sharegpt)] {
+            let reading = Reading {
+                format,
+                ..Reading::default()
+            };
+            for line in &lines {
+                assert_eq!(
+                    line_id(line, &reading),
+                    parsed_id(line, &reading),
+                    "{format:?}: {}",
+                    String::from_utf8_lossy(line)
+                );
+            }
+        }
+    }
 }
 
 #[cfg(test)]

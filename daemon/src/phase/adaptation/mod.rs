@@ -19,7 +19,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
-use crate::chat_template::{ChatTemplate, Clock, RenderInput};
+use crate::chat_template::{ChatTemplate, Clock};
 use crate::phase::cursor::Line;
 use crate::phase::files::Existing;
 use crate::phase::pipeline::{self, Files, PassEnd, PassPlan, Processor, RecordPhase};
@@ -156,16 +156,12 @@ fn count_lines(path: &std::path::Path) -> Result<u64, String> {
 impl Adaptation {
     fn render(&self, messages: &[Message], add_generation_prompt: bool) -> Result<String, String> {
         let template = self.template.as_ref().expect("checked by the caller");
-        let messages = serde_json::to_value(messages).expect("messages serialize");
+        let plain: Vec<(&str, &str)> = messages
+            .iter()
+            .map(|m| (m.role.as_str(), m.content.as_str()))
+            .collect();
         template
-            .render(&RenderInput {
-                messages: &messages,
-                tools: None,
-                documents: None,
-                add_generation_prompt,
-                variables: &self.variables,
-                now: self.now,
-            })
+            .render_plain(&plain, add_generation_prompt, &self.variables, self.now)
             .map_err(|e| format!("the target's chat template refuses it: {e}"))
     }
 

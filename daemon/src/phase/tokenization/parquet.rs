@@ -19,7 +19,7 @@ use parquet::file::properties::WriterProperties;
 use super::megatron::Dtype;
 
 /// Tokens per row group (and per batch handed to the writer) at most.
-const TOKENS_PER_GROUP: usize = 4 << 20;
+const TOKENS_PER_GROUP: usize = 1 << 20;
 const ROWS_PER_BATCH: usize = 4096;
 
 fn list_of(t: DataType) -> DataType {
