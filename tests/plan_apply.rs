@@ -10,7 +10,7 @@ use serde_json::Value;
 use todod_e2e::fixtures::fixture;
 use todod_e2e::mock_openai::{MockOpenAi, Settings};
 use todod_e2e::{
-    ids, kill_while_running, proto, wait_task, Client, ClosedPort, RealDaemon, TestDaemon,
+    ids, proto, run_killing_each, wait_task, Client, ClosedPort, RealDaemon, TestDaemon,
 };
 use tonic::Code;
 
@@ -329,24 +329,15 @@ async fn the_whole_pipeline_runs_on_the_mock_with_a_kill_in_each_phase() {
         .iter()
         .map(|s| s.task.as_ref().unwrap().id.clone())
         .collect();
-    let mut kills = Vec::new();
-    for task in &tasks {
-        c = kill_while_running(
-            &mut daemon,
-            &state,
-            "datagen",
-            task,
-            Duration::from_secs(120),
-            &mut kills,
-        )
-        .await;
-        let ended = wait_task(&mut c, "datagen", task, |t| {
-            ["completed", "failed", "cancelled"].contains(&t.status.as_str())
-        })
-        .await;
-        assert_eq!(ended.status, "completed", "{task}: {}", ended.error);
-    }
-    eprintln!("kills: {kills:?}");
+    run_killing_each(
+        &mut daemon,
+        &state,
+        "datagen",
+        &tasks,
+        Duration::from_secs(120),
+    )
+    .await;
+    let mut c = daemon.client().await;
 
     // Every prompt once through every phase.
     let adapted = ids(&out.join("prompts.jsonl"));

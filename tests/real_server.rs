@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 use todod_e2e::fixtures::fixture;
-use todod_e2e::{ids, kill_while_running, proto, wait_task, RealDaemon};
+use todod_e2e::{ids, proto, run_killing_each, RealDaemon};
 
 /// `scripts/local-backend start --foreground` on a free port; stopped on drop.
 struct LlamaServer {
@@ -132,26 +132,14 @@ async fn the_example_pipeline_runs_on_llama_server_with_a_kill_in_each_phase() {
         .iter()
         .map(|s| s.task.as_ref().unwrap().id.clone())
         .collect();
-    let mut kills = Vec::new();
-    let mut ended = Vec::new();
-    for task in &tasks {
-        c = kill_while_running(
-            &mut daemon,
-            &state,
-            "real",
-            task,
-            Duration::from_secs(600),
-            &mut kills,
-        )
-        .await;
-        let t = wait_task(&mut c, "real", task, |t| {
-            ["completed", "failed", "cancelled"].contains(&t.status.as_str())
-        })
-        .await;
-        assert_eq!(t.status, "completed", "{task} ({}): {}", t.kind, t.error);
-        ended.push(t);
-    }
-    eprintln!("kills: {kills:?}");
+    let (ended, _) = run_killing_each(
+        &mut daemon,
+        &state,
+        "real",
+        &tasks,
+        Duration::from_secs(600),
+    )
+    .await;
     let result = |i: usize| -> Value { serde_json::from_str(&ended[i].result_json).unwrap() };
 
     // Adaptation: the 300 conversations, each once.

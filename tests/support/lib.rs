@@ -600,3 +600,28 @@ pub async fn kill_while_running(
         }
     }
 }
+
+/// Runs `tasks` of `plan` (a pipeline's steps, in order) to their ends on
+/// the real daemon, killing it once inside each while it runs; asserts
+/// each completed and returns them as they ended, with the kills made.
+pub async fn run_killing_each(
+    daemon: &mut RealDaemon,
+    state: &Path,
+    plan: &str,
+    tasks: &[String],
+    limit: Duration,
+) -> (Vec<proto::Task>, Vec<String>) {
+    let mut kills = Vec::new();
+    let mut ended = Vec::new();
+    for task in tasks {
+        let mut c = kill_while_running(daemon, state, plan, task, limit, &mut kills).await;
+        let t = wait_task(&mut c, plan, task, |t| {
+            ["completed", "failed", "cancelled"].contains(&t.status.as_str())
+        })
+        .await;
+        assert_eq!(t.status, "completed", "{task} ({}): {}", t.kind, t.error);
+        ended.push(t);
+    }
+    eprintln!("kills: {kills:?}");
+    (ended, kills)
+}

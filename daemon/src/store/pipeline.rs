@@ -92,6 +92,23 @@ fn changed_fields(old: &str, new: &str) -> Vec<String> {
         .collect()
 }
 
+/// The tasks of steps the file no longer names, as they are.
+fn not_in_file(db: &mut Db, left_out: Vec<(String, TaskId)>) -> Result<Vec<AppliedStep>, Error> {
+    left_out
+        .into_iter()
+        .map(|(step, id)| {
+            let task = task_by_id(db, id)?;
+            Ok(AppliedStep {
+                step,
+                action: StepAction::NotInFile,
+                changed: Vec::new(),
+                spec: task.spec.clone().unwrap_or_default(),
+                task: Some(task),
+            })
+        })
+        .collect()
+}
+
 fn apply(
     db: &mut Db,
     plan: &str,
@@ -180,16 +197,7 @@ fn apply(
                 spec: planned.task.spec.clone(),
             });
         }
-        for (step, id) in left_out {
-            let task = task_by_id(db, id)?;
-            out.push(AppliedStep {
-                step,
-                action: StepAction::NotInFile,
-                changed: Vec::new(),
-                spec: task.spec.clone().unwrap_or_default(),
-                task: Some(task),
-            });
-        }
+        out.extend(not_in_file(db, left_out)?);
         return Ok((
             AppliedPipeline {
                 plan: found.map(|(_, v)| v),
@@ -272,16 +280,7 @@ fn apply(
             task: Some(task),
         });
     }
-    for (step, id) in left_out {
-        let task = task_by_id(db, id)?;
-        out.push(AppliedStep {
-            step,
-            action: StepAction::NotInFile,
-            changed: Vec::new(),
-            spec: task.spec.clone().unwrap_or_default(),
-            task: Some(task),
-        });
-    }
+    out.extend(not_in_file(db, left_out)?);
     let plan = plan_by_name(db, plan)?.map(|(_, v)| v);
     Ok((AppliedPipeline { plan, steps: out }, last_seq))
 }
