@@ -123,6 +123,27 @@ pub enum Command {
         #[arg(long)]
         all: bool,
     },
+    /// Print a shell completion script: `todoctl completions bash > /etc/bash_completion.d/todoctl`
+    Completions {
+        /// bash, zsh, fish, elvish or powershell
+        shell: clap_complete::Shell,
+    },
+    /// Block until a task (or every task of a plan) has ended; the exit code says how
+    ///
+    /// 0 completed, 10 failed (or can no longer run: a dependency failed), 11 cancelled,
+    /// 124 the timeout passed first. A plan has ended when none of its tasks can still
+    /// make progress on its own.
+    Wait {
+        /// Task id, e.g. t42
+        #[arg(required_unless_present = "plan", conflicts_with = "plan")]
+        task: Option<String>,
+        /// Wait for every task of this plan instead
+        #[arg(short = 'p', long = "plan", value_name = "PLAN")]
+        plan: Option<String>,
+        /// Give up after this long (e.g. 90s, 2h; default: no limit)
+        #[arg(long, value_parser = humantime::parse_duration)]
+        timeout: Option<std::time::Duration>,
+    },
     /// Give a task a cron schedule, or take it away
     ///
     /// reopen: a completed plain task goes back to pending at each firing (a

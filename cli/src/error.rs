@@ -13,7 +13,12 @@ Exit codes:
   4  failed precondition or conflict (illegal transition, unfinished
      dependencies, already exists, stale --expected-revision)
   5  daemon unreachable
-  6  unauthenticated or permission denied";
+  6  unauthenticated or permission denied
+  `wait` only:
+  10 the task (or a task of the plan) failed, or can no longer run because a
+     dependency failed
+  11 the task (or a task of the plan) was cancelled
+  124 --timeout passed first";
 
 /// What kind of failure ended the run; its discriminant is the exit code.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -25,6 +30,12 @@ pub enum Exit {
     Conflict = 4,
     Unreachable = 5,
     Auth = 6,
+    /// `wait`: what was waited for failed.
+    Failed = 10,
+    /// `wait`: what was waited for was cancelled.
+    Cancelled = 11,
+    /// `wait`: the timeout passed first (as coreutils' `timeout`).
+    TimedOut = 124,
 }
 
 impl Exit {

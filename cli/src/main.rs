@@ -60,7 +60,10 @@ fn main() -> ExitCode {
         ) {
             None => ExitCode::SUCCESS,
             Some((exit, message)) => {
-                eprintln!("todoctl: {}", safe::escape(&message));
+                // `wait` has printed its outcome; its exit code alone says it.
+                if !message.is_empty() {
+                    eprintln!("todoctl: {}", safe::escape(&message));
+                }
                 ExitCode::from(exit as u8)
             }
         },

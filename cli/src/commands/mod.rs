@@ -2,6 +2,7 @@
 //! daemon is dialled, so invalid input never reaches the server.
 mod plans;
 mod tasks;
+mod wait;
 mod watch;
 mod write;
 
@@ -95,6 +96,17 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Plan(PlanCommand::Create { name, title }) => {
             plans::create(&ctx, name, title).await
         }
+        Command::Completions { shell } => {
+            use clap::CommandFactory;
+            let mut command = Cli::command();
+            clap_complete::generate(shell, &mut command, "todoctl", &mut std::io::stdout());
+            Ok(())
+        }
+        Command::Wait {
+            task,
+            plan,
+            timeout,
+        } => wait::wait(&ctx, task, plan, timeout).await,
         Command::Schedule {
             task,
             cron,

@@ -1,0 +1,114 @@
+//! `todoctl wait`: it blocks until the task (or the plan) has ended, and its
+//! exit code says how: 0 completed, 10 failed or stuck behind a failure, 11
+//! cancelled, 124 the timeout passed first. The real CLI against the real
+//! daemon; harness in `tests/support/cli.rs`.
+use std::process::Stdio;
+
+use serde_json::json;
+use todod_e2e::cli::{finish, Env};
+use todod_e2e::ClosedPort;
+
+#[test]
+fn a_task_is_waited_for_and_the_exit_code_says_how_it_ended() {
+    let env = Env::start();
+    env.ok(&["plan", "create", "w"]);
+    let a = env.add("w", "First", &[]);
+    let b = env.add("w", "Second", &[]);
+
+    // Still open when the timeout passes: 124, and it says so.
+    let run = env.run(&["wait", &a, "--timeout", "300ms"]);
+    assert_eq!(run.code, 124, "{run:#?}");
+    assert!(run.stderr.contains("had not ended"), "{run:#?}");
+
+    // Blocked until the task completes, then 0.
+    let waiting = env
+        .cmd(&["wait", &a])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    env.ok(&["start", &a]);
+    env.ok(&["done", &a]);
+    let run = finish(waiting, None);
+    assert_eq!(run.code, 0, "{run:#?}");
+    assert_eq!(run.stdout.trim(), format!("{a} completed"));
+
+    // Cancelled: 11, with nothing on stderr (the outcome is on stdout).
+    env.ok(&["cancel", &b]);
+    let run = env.run(&["wait", &b]);
+    assert_eq!(
+        (run.code, run.stdout.trim()),
+        (11, &*format!("{b} cancelled"))
+    );
+    assert!(run.stderr.is_empty(), "{run:#?}");
+
+    // --json says it too.
+    let run = env.run(&["--json", "wait", &a]);
+    let out: serde_json::Value = serde_json::from_str(&run.stdout).unwrap();
+    assert_eq!(out["outcome"], "completed");
+}
+
+#[test]
+fn a_plan_ends_when_nothing_can_move_and_a_failure_says_which() {
+    let env = Env::start();
+    let dead = ClosedPort::new();
+    let dir = tempfile::tempdir().unwrap();
+    let prompts = dir.path().join("p.jsonl");
+    std::fs::write(
+        &prompts,
+        "{\"id\": \"a\", \"messages\": [{\"role\": \"user\", \"content\": \"hi\"}]}\n",
+    )
+    .unwrap();
+    env.ok(&["plan", "create", "gen"]);
+    let spec = json!({
+        "prompts": prompts, "output": dir.path().join("out.jsonl"),
+        "endpoints": [dead.url()], "model": "m", "max_attempts": 1,
+    });
+    let generation = env.add(
+        "gen",
+        "Generate",
+        &["--kind", "generation", "--spec", &spec.to_string()],
+    );
+    let after = env.add("gen", "Use the completions", &["--after", &generation]);
+
+    // Every prompt fails against a dead endpoint: the generation fails, the
+    // task after it can no longer run, and the plan has ended: 10.
+    let run = env.run(&["wait", "-p", "gen", "--timeout", "60s"]);
+    assert_eq!(run.code, 10, "{run:#?}");
+    assert!(
+        run.stdout.contains(&format!("{generation} failed")),
+        "{run:#?}"
+    );
+    assert!(
+        run.stdout.contains(&format!("{after} cannot run")),
+        "{run:#?}"
+    );
+}
+
+#[test]
+fn completions_are_generated_for_bash_zsh_and_fish_without_a_daemon() {
+    // No daemon at all: completions need none.
+    let addr = format!(
+        "http://{}",
+        ClosedPort::new().url().trim_start_matches("http://")
+    );
+    for (shell, marker) in [
+        ("bash", "complete -F"),
+        ("zsh", "#compdef todoctl"),
+        ("fish", "complete -c todoctl"),
+    ] {
+        let run = todod_e2e::cli::run_cmd(
+            {
+                let mut cmd = todod_e2e::cli::todoctl_at(&addr, None);
+                cmd.args(["completions", shell]);
+                cmd
+            },
+            None,
+        );
+        assert_eq!(run.code, 0, "{shell}: {run:#?}");
+        assert!(run.stdout.contains(marker), "{shell}: no {marker:?}");
+        for verb in ["wait", "schedule", "apply"] {
+            assert!(run.stdout.contains(verb), "{shell} completes no {verb}");
+        }
+    }
+}
