@@ -105,6 +105,25 @@ pub enum Command {
     Done(TransitionArgs),
     /// Cancel a task
     Cancel(TransitionArgs),
+    /// Mark a plain task in progress failed (--reason says why); phase tasks fail by their runs
+    Fail(TransitionArgs),
+    /// Change a task's content, priority or spec
+    Edit {
+        /// Task id, e.g. t42
+        task: String,
+        /// New content
+        #[arg(long)]
+        content: Option<String>,
+        /// New priority
+        #[arg(long, value_parser = ["high", "medium", "low"])]
+        priority: Option<String>,
+        /// New phase spec: inline JSON, @FILE, or @- for stdin
+        #[arg(long)]
+        spec: Option<String>,
+        /// Reason recorded on the event
+        #[arg(long)]
+        reason: Option<String>,
+    },
     /// Send a failed task back to pending
     Retry(TransitionArgs),
     /// Send a completed or cancelled task back to pending

@@ -102,6 +102,42 @@ pub async fn show(ctx: &Ctx, id: &str) -> Result<()> {
     }
 }
 
+/// `edit TASK --content/--priority/--spec`: one UpdateTask call.
+pub async fn edit(
+    ctx: &Ctx,
+    id: &str,
+    content: Option<String>,
+    priority: Option<String>,
+    spec: Option<String>,
+    reason: Option<String>,
+) -> Result<()> {
+    if content.is_none() && priority.is_none() && spec.is_none() {
+        return Err(
+            CliError::usage("nothing to change: give --content, --priority or --spec").into(),
+        );
+    }
+    let spec = spec.as_deref().map(read_spec).transpose()?;
+    let mut client = ctx.client().await?;
+    let task = client
+        .update_task(todod::proto::UpdateTaskRequest {
+            id: id.to_string(),
+            content,
+            priority,
+            spec_json: spec,
+            expected_revision: 0,
+            reason: reason.unwrap_or_default(),
+        })
+        .await?
+        .into_inner();
+    if ctx.json {
+        return emit_json(&json::task(&task));
+    }
+    emit(&format!(
+        "{}: updated (revision {})",
+        task.id, task.revision
+    ))
+}
+
 /// `schedule TASK CRON` / `schedule TASK --clear`.
 pub async fn schedule(
     ctx: &Ctx,
@@ -204,13 +240,14 @@ pub async fn add(ctx: &Ctx, args: AddArgs) -> Result<()> {
     }
 }
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Verb {
     Start,
     Done,
     Cancel,
     Retry,
     Reopen,
+    Fail,
 }
 
 impl Verb {
@@ -219,6 +256,7 @@ impl Verb {
             Verb::Start => "in_progress",
             Verb::Done => "completed",
             Verb::Cancel => "cancelled",
+            Verb::Fail => "failed",
             Verb::Retry | Verb::Reopen => "pending",
         }
     }
@@ -247,6 +285,9 @@ impl Verb {
 }
 
 pub async fn transition(ctx: &Ctx, verb: Verb, args: TransitionArgs) -> Result<()> {
+    if verb == Verb::Fail && args.reason.as_deref().is_none_or(|r| r.trim().is_empty()) {
+        return Err(CliError::usage("fail needs --reason: say why it failed").into());
+    }
     let mut client = ctx.client().await?;
     let before = client
         .get_task(GetTaskRequest {

@@ -1,7 +1,8 @@
-//! `todoctl wait`: it blocks until the task (or the plan) has ended, and its
-//! exit code says how: 0 completed, 10 failed or stuck behind a failure, 11
-//! cancelled, 124 the timeout passed first. The real CLI against the real
-//! daemon; harness in `tests/support/cli.rs`.
+//! `todoctl wait`, `edit`, `fail` and `completions`. `wait` blocks until the
+//! task (or the plan) has ended, and its exit code says how: 0 completed, 10
+//! failed or stuck behind a failure, 11 cancelled, 124 the timeout passed
+//! first. The real CLI against the real daemon; harness in
+//! `tests/support/cli.rs`.
 use std::process::Stdio;
 
 use serde_json::json;
@@ -111,4 +112,39 @@ fn completions_are_generated_for_bash_zsh_and_fish_without_a_daemon() {
             assert!(run.stdout.contains(verb), "{shell} completes no {verb}");
         }
     }
+}
+
+#[test]
+fn edit_changes_what_it_is_told_and_fail_wants_a_reason() {
+    let env = Env::start();
+    env.ok(&["plan", "create", "e"]);
+    let t = env.add("e", "Wrong words", &[]);
+    let run = env.run(&["edit", &t]);
+    assert_eq!(run.code, 2, "{run:#?}");
+    assert!(run.stderr.contains("nothing to change"), "{run:#?}");
+    env.ok(&[
+        "edit",
+        &t,
+        "--content",
+        "Right words",
+        "--priority",
+        "high",
+        "--reason",
+        "typo",
+    ]);
+    let shown = env.json(&["show", &t]);
+    assert_eq!(shown["task"]["content"], "Right words");
+    assert_eq!(shown["task"]["priority"], "high");
+
+    // A spec for a plain task is refused by the daemon, naming the field.
+    let run = env.run(&["edit", &t, "--spec", "{\"x\": 1}"]);
+    assert_ne!(run.code, 0, "{run:#?}");
+
+    env.ok(&["start", &t]);
+    let run = env.run(&["fail", &t]);
+    assert_eq!(run.code, 2, "{run:#?}");
+    assert!(run.stderr.contains("--reason"), "{run:#?}");
+    env.ok(&["fail", &t, "--reason", "the disk is gone"]);
+    let run = env.run(&["wait", &t]);
+    assert_eq!(run.code, 10, "{run:#?}");
 }
