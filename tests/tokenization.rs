@@ -245,6 +245,14 @@ async fn conversations_read_back(model_dir: &Path, end_of_turn: &str, train_on: 
         "{result}"
     );
     assert_eq!(result["dropped"]["empty"], dropped_empty, "{result}");
+    // What a person reads agrees: the dropped records are neither done nor
+    // rejected, and not part of the total.
+    let progress = task.progress.clone().unwrap();
+    assert_eq!(progress.done, kept.len() as i64);
+    assert_eq!(progress.total, kept.len() as i64);
+    assert_eq!(progress.rejected, 0);
+    let detail: Value = serde_json::from_str(&progress.detail_json).unwrap();
+    assert_eq!(detail["dropped"], dropped_length + dropped_empty);
 
     let indexed = megatron::read(&prefix);
     assert_eq!(indexed.sequences.len(), kept.len());

@@ -96,6 +96,9 @@ pub enum Command {
     Show {
         /// Task id, e.g. t42
         task: String,
+        /// Every progress sample in the history, not only a few
+        #[arg(long)]
+        all_events: bool,
     },
     /// Create a task
     Add(AddArgs),

@@ -91,6 +91,16 @@ pub fn pipeline(tasks: &[todod::proto::Task]) -> String {
                     if p.rejected > 0 {
                         s.push_str(&format!(", {} rejected", p.rejected));
                     }
+                    // Left out by the spec's own rules: not failures.
+                    let detail: Value = serde_json::from_str(&p.detail_json).unwrap_or_default();
+                    for (key, what) in [
+                        ("dropped", "dropped by the spec"),
+                        ("not_sampled", "not in the sample"),
+                    ] {
+                        if let Some(n) = detail[key].as_u64().filter(|n| *n > 0) {
+                            s.push_str(&format!(", {n} {what}"));
+                        }
+                    }
                     parts.push(s);
                 }
             }

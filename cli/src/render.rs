@@ -274,7 +274,7 @@ fn more(out: &mut String, count: i64, shown: usize) {
 }
 
 /// Every field of a task, then its history.
-pub fn task_details(t: &Task, events: &[Event]) -> String {
+pub fn task_details(t: &Task, events: &[Event], all_events: bool) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -325,8 +325,27 @@ pub fn task_details(t: &Task, events: &[Event]) -> String {
         out.push_str("history: none\n");
     } else {
         out.push_str("history:\n");
-        for e in events {
+        let shown = shown_events(events, all_events);
+        let mut skipped = 0;
+        for (e, show) in events.iter().zip(shown) {
+            if !show {
+                skipped += 1;
+                continue;
+            }
+            if skipped > 0 {
+                let _ = writeln!(
+                    out,
+                    "  ... {skipped} progress samples (--all-events shows them)"
+                );
+                skipped = 0;
+            }
             let _ = writeln!(out, "  {}", event_line(e, false));
+        }
+        if skipped > 0 {
+            let _ = writeln!(
+                out,
+                "  ... {skipped} progress samples (--all-events shows them)"
+            );
         }
     }
     out
@@ -430,6 +449,31 @@ pub fn write_result(r: &WriteTodosResponse) -> String {
     }
     out.push('\n');
     out
+}
+
+/// Which events `show` prints: every change of state, and of a long run's
+/// progress samples only the first, the last and a few in between, so that
+/// the history of a ten-hour run stays a screen.
+fn shown_events(events: &[Event], all: bool) -> Vec<bool> {
+    const BETWEEN: usize = 3;
+    let progress: Vec<usize> = events
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| e.r#type == "progress")
+        .map(|(i, _)| i)
+        .collect();
+    let mut shown = vec![true; events.len()];
+    if all || progress.len() <= BETWEEN + 2 {
+        return shown;
+    }
+    let last = progress.len() - 1;
+    let keep: Vec<usize> = (0..=BETWEEN + 1)
+        .map(|k| k * last / (BETWEEN + 1))
+        .collect();
+    for (n, &i) in progress.iter().enumerate() {
+        shown[i] = keep.contains(&n);
+    }
+    shown
 }
 
 /// `probe "*/5 * * * *" UTC, next 2026-12-01T12:05:00.000Z`.
@@ -666,5 +710,48 @@ mod tests {
             event_line(&e, false),
             "#3 t1 task_created Write the fix (pending) by todoctl"
         );
+    }
+
+    #[test]
+    fn show_of_a_long_run_stays_a_screen() {
+        let task = Task {
+            id: "t1".into(),
+            status: "completed".into(),
+            kind: "generation".into(),
+            ..Default::default()
+        };
+        let mut events = vec![Event {
+            seq: 1,
+            task_id: "t1".into(),
+            r#type: "status_changed".into(),
+            from_status: "pending".into(),
+            to_status: "in_progress".into(),
+            ..Default::default()
+        }];
+        for i in 0..1000 {
+            events.push(Event {
+                seq: 2 + i,
+                task_id: "t1".into(),
+                r#type: "progress".into(),
+                new_value: format!("{{\"done\": {i}, \"total\": 1000}}"),
+                ..Default::default()
+            });
+        }
+        events.push(Event {
+            seq: 2000,
+            task_id: "t1".into(),
+            r#type: "status_changed".into(),
+            from_status: "in_progress".into(),
+            to_status: "completed".into(),
+            ..Default::default()
+        });
+        let short = task_details(&task, &events, false);
+        assert!(short.lines().count() < 40, "{short}");
+        // Every change of state is there, and the first and last samples.
+        assert_eq!(short.matches("status_changed").count(), 2);
+        assert!(short.contains("#2 ") && short.contains("#1001 "), "{short}");
+        assert!(short.contains("progress samples (--all-events shows them)"));
+        let all = task_details(&task, &events, true);
+        assert!(all.lines().count() > 1000);
     }
 }

@@ -76,7 +76,7 @@ pub async fn run(cli: Cli) -> Result<()> {
             limit,
         } => plans::status(&ctx, plan.or(plan_flag), limit).await,
         Command::List(args) => tasks::list(&ctx, args).await,
-        Command::Show { task } => tasks::show(&ctx, &task).await,
+        Command::Show { task, all_events } => tasks::show(&ctx, &task, all_events).await,
         Command::Add(args) => tasks::add(&ctx, args).await,
         Command::Start(a) => tasks::transition(&ctx, tasks::Verb::Start, a).await,
         Command::Done(a) => tasks::transition(&ctx, tasks::Verb::Done, a).await,

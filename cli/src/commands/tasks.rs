@@ -86,7 +86,7 @@ async fn fetch_events(client: &mut Client, task_id: &str) -> Result<Vec<Event>> 
     }
 }
 
-pub async fn show(ctx: &Ctx, id: &str) -> Result<()> {
+pub async fn show(ctx: &Ctx, id: &str, all_events: bool) -> Result<()> {
     let mut client = ctx.client().await?;
     let task = client
         .get_task(GetTaskRequest { id: id.to_string() })
@@ -98,7 +98,7 @@ pub async fn show(ctx: &Ctx, id: &str) -> Result<()> {
             &json!({ "task": json::task(&task), "events": events.iter().map(json::event).collect::<Vec<_>>() }),
         )
     } else {
-        emit(&render::task_details(&task, &events))
+        emit(&render::task_details(&task, &events, all_events))
     }
 }
 

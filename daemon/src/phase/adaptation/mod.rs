@@ -368,6 +368,7 @@ impl RecordPhase for Adaptation {
     fn progress(&self, stats: &Stats, _pass: &PassCounts, input: &InputState) -> Value {
         json!({
             "done": stats.records, "failed": 0, "rejected": stats.rejected,
+            "not_sampled": stats.not_sampled,
             "total": input.lines.saturating_sub(stats.rejected + stats.not_sampled),
         })
     }

@@ -158,9 +158,13 @@ impl RecordPhase for Tokenization {
     }
 
     fn progress(&self, stats: &Stats, _pass: &PassCounts, input: &InputState) -> Value {
+        // Records the spec's rules leave out (length finishes, empty, over
+        // length) are neither written nor rejected: counted apart, and not
+        // part of the total.
         let dropped: u64 = stats.dropped.values().sum();
         json!({
-            "done": stats.records, "failed": 0, "rejected": stats.rejected + dropped,
+            "done": stats.records, "failed": 0, "rejected": stats.rejected,
+            "dropped": dropped,
             "total": input.lines.saturating_sub(stats.rejected + dropped),
             "tokens": stats.tokens,
         })
