@@ -148,3 +148,30 @@ fn edit_changes_what_it_is_told_and_fail_wants_a_reason() {
     let run = env.run(&["wait", &t]);
     assert_eq!(run.code, 10, "{run:#?}");
 }
+
+#[test]
+fn a_failure_two_steps_up_ends_the_wait_of_a_task_and_of_its_plan() {
+    let env = Env::start();
+    env.ok(&["plan", "create", "chain"]);
+    let a = env.add("chain", "First", &[]);
+    let b = env.add("chain", "Second", &["--after", &a]);
+    let c = env.add("chain", "Third", &["--after", &b]);
+    env.ok(&["start", &a]);
+    // Waiting on the last task, written as a person might (`t003`).
+    let written = format!("t{:03}", c.trim_start_matches('t'));
+    let waiting = env
+        .cmd(&["wait", &written, "--timeout", "60s"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    env.ok(&["fail", &a, "--reason", "broken"]);
+    let run = finish(waiting, None);
+    assert_eq!(run.code, 10, "{run:#?}");
+    assert!(run.stdout.contains("cannot run"), "{run:#?}");
+    let run = env.run(&["wait", "-p", "chain", "--timeout", "60s"]);
+    assert_eq!(run.code, 10, "{run:#?}");
+    for id in [&a, &b, &c] {
+        assert!(run.stdout.contains(id.as_str()), "{id}: {run:#?}");
+    }
+}

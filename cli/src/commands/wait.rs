@@ -12,20 +12,52 @@ use super::{emit, emit_json, Ctx};
 use crate::error::{CliError, Exit};
 use crate::json;
 
-/// How a wait ended, if it has.
-fn outcome(tasks: &[Task]) -> Option<Exit> {
-    let open = tasks.iter().any(|t| {
-        t.status == "in_progress" || (t.status == "pending" && t.readiness != "blocked_by_failure")
-    });
+/// The tasks that can no longer run on their own: pending behind a failed
+/// or cancelled task, however far up the graph (the daemon's readiness looks
+/// at direct dependencies only).
+fn stuck(tasks: &[Task]) -> std::collections::HashSet<String> {
+    use std::collections::{HashMap, HashSet};
+    let by_id: HashMap<&str, &Task> = tasks.iter().map(|t| (t.id.as_str(), t)).collect();
+    let mut stuck: HashSet<String> = HashSet::new();
+    // Repeat until nothing changes: a plan is small next to this loop's cost.
+    loop {
+        let before = stuck.len();
+        for t in tasks.iter().filter(|t| t.status == "pending") {
+            let behind = t.depends_on.iter().any(|d| {
+                stuck.contains(d)
+                    || by_id
+                        .get(d.as_str())
+                        .is_some_and(|dep| dep.status == "failed" || dep.status == "cancelled")
+            });
+            if behind {
+                stuck.insert(t.id.clone());
+            }
+        }
+        if stuck.len() == before {
+            return stuck;
+        }
+    }
+}
+
+/// How a wait for `watched` (all of them when empty) ended, if it has.
+fn outcome(tasks: &[Task], watched: &[String]) -> Option<Exit> {
+    let stuck = stuck(tasks);
+    let mine: Vec<&Task> = tasks
+        .iter()
+        .filter(|t| watched.is_empty() || watched.contains(&t.id))
+        .collect();
+    let open = mine
+        .iter()
+        .any(|t| t.status == "in_progress" || (t.status == "pending" && !stuck.contains(&t.id)));
     if open {
         return None;
     }
-    if tasks
+    if mine
         .iter()
-        .any(|t| t.status == "failed" || t.readiness == "blocked_by_failure")
+        .any(|t| t.status == "failed" || stuck.contains(&t.id))
     {
         Some(Exit::Failed)
-    } else if tasks.iter().any(|t| t.status == "cancelled") {
+    } else if mine.iter().any(|t| t.status == "cancelled") {
         Some(Exit::Cancelled)
     } else {
         Some(Exit::Ok)
@@ -40,14 +72,15 @@ pub async fn wait(
 ) -> Result<()> {
     let deadline = timeout.map(|t| tokio::time::Instant::now() + t);
     let mut client = ctx.client().await?;
-    let plan = match (&task, plan) {
-        (_, Some(plan)) => plan,
+    // The task's own id as the daemon writes it (`t042` is `t42`).
+    let (plan, watched) = match (&task, plan) {
+        (_, Some(plan)) => (plan, Vec::new()),
         (Some(id), None) => {
-            client
+            let t = client
                 .get_task(GetTaskRequest { id: id.clone() })
                 .await?
-                .into_inner()
-                .plan
+                .into_inner();
+            (t.plan, vec![t.id])
         }
         (None, None) => return Err(CliError::usage("name a TASK or --plan PLAN").into()),
     };
@@ -58,29 +91,38 @@ pub async fn wait(
         })
         .await?
         .into_inner();
+    // The plan's revision when last looked at: the stream replays the
+    // history first, and only a change after that look can end the wait.
+    let mut seen_revision = -1;
     let mut look = true;
     loop {
         if look {
-            let tasks = match &task {
-                Some(id) => vec![client
-                    .get_task(GetTaskRequest { id: id.clone() })
-                    .await?
-                    .into_inner()],
-                None => {
-                    client
-                        .list_tasks(ListTasksRequest {
-                            plan: plan.clone(),
-                            view: "basic".into(),
-                            page_size: 10_000,
-                            ..Default::default()
-                        })
-                        .await?
-                        .into_inner()
-                        .tasks
-                }
-            };
-            if let Some(exit) = outcome(&tasks) {
-                return report(ctx, &tasks, exit, task.is_some());
+            let page = client
+                .list_tasks(ListTasksRequest {
+                    plan: plan.clone(),
+                    view: "basic".into(),
+                    page_size: 10_000,
+                    ..Default::default()
+                })
+                .await?
+                .into_inner();
+            seen_revision = page.plan_revision;
+            if let Some(exit) = outcome(&page.tasks, &watched) {
+                let shown: Vec<Task> = if watched.is_empty() {
+                    page.tasks
+                } else {
+                    let mut full = Vec::new();
+                    for id in &watched {
+                        full.push(
+                            client
+                                .get_task(GetTaskRequest { id: id.clone() })
+                                .await?
+                                .into_inner(),
+                        );
+                    }
+                    full
+                };
+                return report(ctx, &shown, exit, !watched.is_empty());
             }
         }
         let next = match deadline {
@@ -98,19 +140,19 @@ pub async fn wait(
             None => events.next().await,
         };
         match next {
-            // Only a change of status (or of the graph) can end a wait.
+            // A change of any task's status, or of the graph, can end the
+            // wait (a dependency failing strands the task waited for).
             Some(Ok(e)) => {
-                look = matches!(
-                    e.r#type.as_str(),
-                    "status_changed"
-                        | "task_created"
-                        | "archived"
-                        | "restored"
-                        | "dependency_added"
-                        | "dependency_removed"
-                ) && task
-                    .as_ref()
-                    .is_none_or(|id| *id == e.task_id || e.task_id.is_empty());
+                look = e.plan_revision > seen_revision
+                    && matches!(
+                        e.r#type.as_str(),
+                        "status_changed"
+                            | "task_created"
+                            | "archived"
+                            | "restored"
+                            | "dependency_added"
+                            | "dependency_removed"
+                    );
             }
             Some(Err(status)) => return Err(status.into()),
             None => {
@@ -137,14 +179,18 @@ fn report(ctx: &Ctx, tasks: &[Task], exit: Exit, one: bool) -> Result<()> {
     } else if one {
         let t = &tasks[0];
         let mut line = format!("{} {}", t.id, t.status);
+        if t.status == "pending" {
+            line.push_str(": cannot run, a task it depends on failed or was cancelled");
+        }
         if !t.error.is_empty() {
             line.push_str(&format!(": {}", t.error.lines().next().unwrap_or("")));
         }
         emit(&crate::safe::escape(&line))?;
     } else {
+        let stuck = stuck(tasks);
         let ended: Vec<String> = tasks
             .iter()
-            .filter(|t| t.status == "failed" || t.readiness == "blocked_by_failure")
+            .filter(|t| t.status == "failed" || stuck.contains(&t.id))
             .map(|t| {
                 if t.status == "failed" {
                     format!("{} failed: {}", t.id, t.error.lines().next().unwrap_or(""))
