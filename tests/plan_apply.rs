@@ -131,6 +131,7 @@ async fn a_file_makes_the_graph_once_and_changes_only_what_has_not_started() {
         .await
         .unwrap();
     assert!(plans.into_inner().plans.is_empty(), "a dry run wrote");
+    assert!(!out.exists(), "a dry run made the output directory");
 
     let first = apply(&mut c, &text, false).await.unwrap();
     let names: Vec<_> = actions(&first);
@@ -262,7 +263,7 @@ async fn refusals_name_their_path_in_the_file() {
         (good.replace("temperature = 0.7", "temprature ="), "file"),
         (
             good.replace("[budget]\nmax_hours = 10.0", "[budget]\nmax_hours = -1"),
-            "budget",
+            "budget.max_hours:",
         ),
         (
             format!("{good}\n[tokenization]\nformats = [\"csv\"]\n"),
@@ -283,6 +284,7 @@ async fn refusals_name_their_path_in_the_file() {
         .await
         .unwrap();
     assert!(plans.into_inner().plans.is_empty(), "a refused file wrote");
+    assert!(!out.exists(), "a refused file made the output directory");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -175,8 +175,8 @@ pub enum Command {
     Schedule {
         /// Task id, e.g. t42
         task: String,
-        /// Five crontab fields, e.g. "*/15 * * * *" (day-of-week 1-7 is
-        /// Sunday-Saturday; Mon-Sun also work), or six with seconds first
+        /// Five crontab fields, e.g. "*/15 * * * *" or "0 9 * * 1-5" (0 or 7 is
+        /// Sunday; Mon-Fri works too), or six with seconds first
         #[arg(required_unless_present = "clear")]
         cron: Option<String>,
         /// IANA time zone the expression is read in, e.g. Europe/Berlin

@@ -78,6 +78,8 @@ impl Clock for ManualClock {
 const IDLE_LOOK: i64 = 60_000;
 /// Commits (progress of a busy run) wake it at most this often.
 const DEBOUNCE: Duration = Duration::from_millis(200);
+/// How long the scheduler waits after a firing it could not record.
+const ERROR_BACKOFF: Duration = Duration::from_secs(1);
 /// How long an endpoint has to answer a probe.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -94,15 +96,29 @@ pub async fn run(store: Store, clock: Arc<dyn Clock>, mut stop: watch::Receiver<
             return;
         }
         let now = clock.now_ms();
+        let mut failed = false;
         match store.due_schedules(now).await {
             Ok(due) => {
                 for schedule in due {
                     if let Err(e) = fire(&store, clock.as_ref(), http.as_ref(), &schedule).await {
                         tracing::warn!(task = %schedule.task, error = %e, "schedule firing not recorded");
+                        failed = true;
                     }
                 }
             }
-            Err(e) => tracing::warn!(error = %e, "cannot read the schedules"),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the schedules");
+                failed = true;
+            }
+        }
+        if failed {
+            // The slot is still due: look again, but not in a tight loop
+            // (a full disk, a busy database).
+            tokio::select! {
+                _ = tokio::time::sleep(ERROR_BACKOFF) => {}
+                _ = stop.changed() => {}
+            }
+            continue;
         }
         let next = store.next_schedule_slot().await.ok().flatten();
         let wake = next.map_or(now + IDLE_LOOK, |n| n.min(now + IDLE_LOOK));

@@ -35,6 +35,25 @@ fn in_file(step: &Step, error: Rule) -> Rule {
     }
 }
 
+/// Directories an apply made for `output_dir`, removed again (if still
+/// empty) unless the apply went through.
+#[derive(Default)]
+struct MadeDirs(Vec<PathBuf>);
+
+impl MadeDirs {
+    fn keep(mut self) {
+        self.0.clear();
+    }
+}
+
+impl Drop for MadeDirs {
+    fn drop(&mut self) {
+        for dir in self.0.iter().rev() {
+            let _ = std::fs::remove_dir(dir);
+        }
+    }
+}
+
 impl TodoService {
     pub(super) async fn apply_pipeline_call(
         &self,
@@ -75,7 +94,7 @@ impl TodoService {
             file.model.dir.clone(),
         );
         let place = self.bounds.clone();
-        let (out, prompts, dir) = tokio::task::spawn_blocking(move || {
+        let (out, prompts, dir, made) = tokio::task::spawn_blocking(move || {
             let canonical = |path: &std::path::Path, field: &str| {
                 std::fs::canonicalize(path).map_err(|e| {
                     Rule::invalid(
@@ -87,6 +106,7 @@ impl TodoService {
             // The output directory is made if missing, as `mkdir -p` would:
             // a plan's first apply should not need a mkdir first. Only where
             // the operator allows phase files.
+            let mut made = MadeDirs::default();
             if !out.exists() {
                 let mut existing = out.as_path();
                 let mut rest = Vec::new();
@@ -105,12 +125,23 @@ impl TodoService {
                     target.push(part);
                 }
                 place.check_place("output_dir", &target)?;
-                std::fs::create_dir_all(&target).map_err(|e| {
-                    Rule::invalid(
-                        "output_dir",
-                        format!("{} cannot be made: {}", target.display(), plain_io(&e)),
-                    )
-                })?;
+                let mut at = target.clone();
+                let mut missing = Vec::new();
+                while !at.exists() {
+                    missing.push(at.clone());
+                    if !at.pop() {
+                        break;
+                    }
+                }
+                for dir in missing.into_iter().rev() {
+                    std::fs::create_dir(&dir).map_err(|e| {
+                        Rule::invalid(
+                            "output_dir",
+                            format!("{} cannot be made: {}", dir.display(), plain_io(&e)),
+                        )
+                    })?;
+                    made.0.push(dir);
+                }
             }
             let out = canonical(&out, "output_dir")?;
             if !out.is_dir() {
@@ -121,7 +152,7 @@ impl TodoService {
             }
             let prompts = canonical(&prompts, "prompts.path")?;
             let dir = dir.map(|d| canonical(&d, "model.dir")).transpose()?;
-            Ok((out, prompts, dir))
+            Ok((out, prompts, dir, made))
         })
         .await
         .map_err(|_| Status::internal("internal error; see the daemon's log"))??;
@@ -179,6 +210,11 @@ impl TodoService {
             .store
             .apply_pipeline(&plan, &title, &planned, req.dry_run, &ctx)
             .await?;
+        // Only a real apply keeps the directories it made; a dry run or a
+        // refused file leaves the disk as it found it.
+        if !req.dry_run {
+            made.keep();
+        }
         Ok(Response::new(proto::ApplyPipelineResponse {
             plan: applied.plan.map(convert::plan),
             steps: applied

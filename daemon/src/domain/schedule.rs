@@ -67,7 +67,12 @@ impl Schedule {
         let cron = cron.trim();
         let fields = cron.split_whitespace().count();
         let full = match fields {
-            5 => format!("0 {cron}"),
+            5 => {
+                let mut parts: Vec<&str> = cron.split_whitespace().collect();
+                let weekdays = crontab_weekdays(parts[4])?;
+                parts[4] = &weekdays;
+                format!("0 {}", parts.join(" "))
+            }
             6 => cron.to_string(),
             _ => {
                 return Err(Error::invalid(
@@ -141,6 +146,47 @@ impl Schedule {
     }
 }
 
+/// crontab's day-of-week numbers (0-7, 0 and 7 Sunday) in the `cron`
+/// crate's (1-7, 1 Sunday); names (Mon-Fri) are the same in both.
+fn crontab_weekdays(field: &str) -> Result<String, Error> {
+    let refuse = |why: &str| Error::invalid("cron", format!("day of week {field:?}: {why}"));
+    let day = |text: &str| -> Result<String, Error> {
+        match text.parse::<u32>() {
+            Ok(n @ 0..=7) => Ok(((n % 7) + 1).to_string()),
+            Ok(_) => Err(refuse("numbers are 0-7 (0 and 7 are Sunday)")),
+            Err(_) => Ok(text.to_string()),
+        }
+    };
+    let mut items = Vec::new();
+    for item in field.split(',') {
+        let (range, step) = match item.split_once('/') {
+            Some((r, s)) => (r, Some(s)),
+            None => (item, None),
+        };
+        let mapped = match range.split_once('-') {
+            None if range == "*" || range == "?" => range.to_string(),
+            None => day(range)?,
+            // Up to 7 is up to Sunday: the week wraps, so it is Saturday's
+            // end plus Sunday.
+            Some((a, "7")) if step.is_none() && a != "0" && a != "7" => {
+                items.push("1".to_string());
+                format!("{}-7", day(a)?)
+            }
+            Some((_, "7")) if step.is_some() => {
+                return Err(refuse(
+                    "a stepped range ending on 7; write it with names (Mon-Sun)",
+                ))
+            }
+            Some((a, b)) => format!("{}-{}", day(a)?, day(b)?),
+        };
+        items.push(match step {
+            Some(step) => format!("{mapped}/{step}"),
+            None => mapped,
+        });
+    }
+    Ok(items.join(","))
+}
+
 /// One firing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Firing {
@@ -190,6 +236,25 @@ mod tests {
             }
         }
         assert!(Action::parse("action", "explode").is_err());
+    }
+
+    #[test]
+    fn weekdays_are_numbered_as_crontab_numbers_them() {
+        // 2026-12-01 is a Tuesday; the next Monday 09:00 is the 7th, the
+        // next Sunday the 6th.
+        const MONDAY_9: i64 = 1_796_634_000_000;
+        const SUNDAY_9: i64 = 1_796_547_600_000;
+        assert_eq!(every("0 9 * * 1").next_after(MIDNIGHT), Some(MONDAY_9));
+        assert_eq!(every("0 9 * * Mon").next_after(MIDNIGHT), Some(MONDAY_9));
+        assert_eq!(every("0 9 * * 0").next_after(MIDNIGHT), Some(SUNDAY_9));
+        assert_eq!(every("0 9 * * 7").next_after(MIDNIGHT), Some(SUNDAY_9));
+        // Friday to Sunday, from Saturday 10:00: Sunday.
+        let saturday_10 = SUNDAY_9 - 23 * 60 * MINUTE;
+        assert_eq!(every("0 9 * * 5-7").next_after(saturday_10), Some(SUNDAY_9));
+        // Monday to Friday from a Saturday: Monday.
+        let saturday = SUNDAY_9 - 24 * 60 * MINUTE;
+        assert_eq!(every("0 9 * * 1-5").next_after(saturday), Some(MONDAY_9));
+        assert!(Schedule::parse("0 9 * * 8", "UTC", Action::Reopen, MIDNIGHT).is_err());
     }
 
     #[test]

@@ -329,9 +329,14 @@ impl InferenceClient {
         // request sent on it then dies before any answer. That request never
         // reached the model, so it goes once more on a fresh connection,
         // not counted as an attempt.
+        // Only a failure right after sending is that: a request that died
+        // later (a server that crashed mid-answer) may have been worked on,
+        // and goes by the retry policy like any other.
+        let mut sent = sent;
         if let (Err(error), Some(again)) = (&response, again) {
-            if closed_before_answer(error) {
+            if closed_before_answer(error) && sent.elapsed() < STALE_CONNECTION_WINDOW {
                 tracing::debug!(%url, "the server had closed the connection; sending again");
+                sent = Instant::now();
                 response = tokio::time::timeout_at(deadline, again.send())
                     .await
                     .map_err(|_| Failure::Timeout { which: "deadline" })?;
@@ -417,6 +422,10 @@ impl InferenceClient {
         }
     }
 }
+
+/// How soon after sending a dropped request counts as sent on a connection
+/// the server had already closed.
+const STALE_CONNECTION_WINDOW: Duration = Duration::from_millis(250);
 
 /// A request that failed on a connection the server had already closed:
 /// sent, and no byte of an answer came back.

@@ -98,8 +98,9 @@ impl Step {
         let field = spec_field.strip_prefix("spec.").unwrap_or(spec_field);
         let head = field.split(['.', '[']).next().unwrap_or(field);
         match self.origins.iter().find(|(f, _)| *f == head) {
-            Some((_, origin)) if *origin == "sampling" => {
-                format!("sampling{}", &field[head.len()..])
+            // A table of the file: the field's path inside it goes along.
+            Some((_, origin)) if *origin == "sampling" || *origin == "budget" => {
+                format!("{origin}{}", &field[head.len()..])
             }
             Some((_, origin)) => origin.to_string(),
             None => format!("{}.{field}", self.key.name()),
@@ -285,6 +286,12 @@ pub fn derive(p: &Pipeline) -> Vec<Step> {
                 ("output_prefix", "output_dir"),
             ],
         });
+    }
+    // A field the step's own section sets is that section's, whatever the
+    // pipeline would have derived for it.
+    for step in &mut steps {
+        let own = p.options(step.key);
+        step.origins.retain(|(field, _)| !own.contains_key(*field));
     }
     steps
 }

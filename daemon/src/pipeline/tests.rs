@@ -166,7 +166,16 @@ fn a_refused_spec_field_maps_back_to_the_file() {
     assert_eq!(gen.file_path("spec.params.top_p"), "sampling.top_p");
     assert_eq!(gen.file_path("spec.max_tokens"), "generation.max_tokens");
     assert_eq!(steps[3].file_path("spec.tokenizer"), "model.dir");
-    assert_eq!(steps[1].file_path("spec.budget.max_hours"), "budget");
+    assert_eq!(
+        steps[1].file_path("spec.budget.max_hours"),
+        "budget.max_hours"
+    );
+    // A field the section sets itself is blamed on the section.
+    let p = parse(&with("[adaptation]\ninput_format = \"alpaca\""), None).unwrap();
+    assert_eq!(
+        derive(&p)[0].file_path("spec.input_format"),
+        "adaptation.input_format"
+    );
 }
 
 #[test]

@@ -114,6 +114,64 @@ pub fn line_id(bytes: &[u8], reading: &Reading) -> Option<String> {
     id.as_ref().and_then(crate::phase::lines::id_text)
 }
 
+/// A JSON value read and dropped, checked as a full parse checks it (string
+/// escapes, number ranges, nesting depth) but with nothing built: serde's
+/// `IgnoredAny` skips without those checks, and a line a full parse refuses
+/// must not lend its id to the survey.
+struct Checked;
+
+impl<'de> serde::Deserialize<'de> for Checked {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Checked, D::Error> {
+        d.deserialize_any(CheckedVisitor)
+    }
+}
+
+struct CheckedVisitor;
+
+impl<'de> serde::de::Visitor<'de> for CheckedVisitor {
+    type Value = Checked;
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("any JSON value")
+    }
+    fn visit_bool<E>(self, _: bool) -> Result<Checked, E> {
+        Ok(Checked)
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<Checked, E> {
+        Ok(Checked)
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<Checked, E> {
+        Ok(Checked)
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<Checked, E> {
+        Ok(Checked)
+    }
+    fn visit_str<E>(self, _: &str) -> Result<Checked, E> {
+        Ok(Checked)
+    }
+    fn visit_borrowed_str<E>(self, _: &'de str) -> Result<Checked, E> {
+        Ok(Checked)
+    }
+    fn visit_string<E>(self, _: String) -> Result<Checked, E> {
+        Ok(Checked)
+    }
+    fn visit_unit<E>(self) -> Result<Checked, E> {
+        Ok(Checked)
+    }
+    fn visit_none<E>(self) -> Result<Checked, E> {
+        Ok(Checked)
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Checked, A::Error> {
+        while seq.next_element::<Checked>()?.is_some() {}
+        Ok(Checked)
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Checked, A::Error> {
+        while map.next_key::<std::borrow::Cow<'de, str>>()?.is_some() {
+            map.next_value::<Checked>()?;
+        }
+        Ok(Checked)
+    }
+}
+
 /// What `line_id` needs of a line: which of `detect`'s fields it has, and
 /// its ids.
 #[derive(Default)]
@@ -135,7 +193,7 @@ const DETECTED: [&str; 7] = [
 
 impl Skim {
     fn of(bytes: &[u8]) -> Option<Skim> {
-        use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
+        use serde::de::{Deserializer, MapAccess, Visitor};
         struct V;
         impl<'de> Visitor<'de> for V {
             type Value = Skim;
@@ -152,7 +210,7 @@ impl Skim {
                         "id" => skim.id = Some(map.next_value()?),
                         "custom_id" => skim.custom_id = Some(map.next_value()?),
                         _ => {
-                            map.next_value::<IgnoredAny>()?;
+                            map.next_value::<Checked>()?;
                         }
                     }
                 }
@@ -382,11 +440,23 @@ mod skim_tests {
             r#"{"id": "x", "prompt": "p"} trailing"#,
             r#"["id", "x"]"#,
             r#"{"id": "x", "prompt": "#,
+            r#"{"id": "s", "messages": [{"role": "user", "content": "\ud800"}]}"#,
+            r#"{"id": "n", "prompt": 1e400}"#,
+            r#"{"id": "k", "prompt": "p", "x": "\q"}"#,
             "",
         ]
         .iter()
         .map(|s| s.as_bytes().to_vec())
         .collect();
+        // Nested past serde_json's depth limit of 128.
+        lines.push(
+            format!(
+                r#"{{"id": "deep", "prompt": "p", "x": {}{}}}"#,
+                "[".repeat(200),
+                "]".repeat(200)
+            )
+            .into_bytes(),
+        );
         let shared =
             std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures/prompts");
         for file in [
