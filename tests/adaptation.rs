@@ -242,6 +242,49 @@ async fn a_sample_keeps_n_lines_chosen_by_its_seed_the_same_on_every_run() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_line_left_out_of_the_sample_makes_no_duplicate_of_a_sampled_one() {
+    let daemon = TestDaemon::start().await;
+    let mut c = daemon.client().await;
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("twice.jsonl");
+    std::fs::write(
+        &input,
+        concat!(
+            r#"{"id": "a", "messages": [{"role": "user", "content": "first"}]}"#,
+            "\n",
+            r#"{"id": "a", "messages": [{"role": "user", "content": "second"}]}"#,
+            "\n",
+        ),
+    )
+    .unwrap();
+    let mut picked = std::collections::BTreeSet::new();
+    for seed in 1..=8u64 {
+        let name = format!("seed{seed}");
+        let (task, out) = adapt(
+            &mut c,
+            dir.path(),
+            &name,
+            input.clone(),
+            json!({"sample": {"count": 1, "seed": seed}}),
+        )
+        .await;
+        assert_eq!(task.status, "completed", "{seed}: {}", task.error);
+        assert_eq!(out.len(), 1, "seed {seed}: {out:?}");
+        let result: Value = serde_json::from_str(&task.result_json).unwrap();
+        assert_eq!(result["rejected"], 0, "seed {seed}: {result}");
+        picked.insert(
+            out[0]["messages"][0]["content"]
+                .as_str()
+                .unwrap()
+                .to_string(),
+        );
+    }
+    // Both lines were the sampled one for some seed: the second, too, is
+    // kept, not rejected as a duplicate of the first.
+    assert_eq!(picked.len(), 2, "{picked:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_bad_line_is_rejected_with_its_reason_and_the_good_ones_adapted() {
     let daemon = TestDaemon::start().await;
     let mut c = daemon.client().await;

@@ -40,7 +40,7 @@ impl RecordPhase for Squares {
     type Output = (String, i64);
     type Stats = Stats;
 
-    fn record_id(&self, line: &[u8]) -> Option<String> {
+    fn record_id(&self, line: &[u8], _number: u64) -> Option<String> {
         todod::phase::lines::json_field(line, "id")
             .as_ref()
             .and_then(todod::phase::lines::id_text)

@@ -152,30 +152,35 @@ impl Bloom {
 /// line's bytes; `None` for a line that has no id of its own) repeats an
 /// earlier one. Reads the file two or three times; memory is about 1.25 bytes
 /// per line plus the ids that collide in the filter.
+/// How many lines a file has, as the reader numbers them (a last line
+/// without its newline counts).
+pub fn count_lines(path: &Path) -> io::Result<u64> {
+    let mut lines = 0u64;
+    let mut file = BufReader::with_capacity(1 << 20, open_input(path)?);
+    let mut last = b'\n';
+    loop {
+        let buf = file.fill_buf()?;
+        if buf.is_empty() {
+            break;
+        }
+        lines += memchr::memchr_iter(b'\n', buf).count() as u64;
+        last = buf[buf.len() - 1];
+        let n = buf.len();
+        file.consume(n);
+    }
+    if last != b'\n' {
+        lines += 1; // a last line without its newline
+    }
+    Ok(lines)
+}
+
 pub fn survey(
     path: &Path,
     limit: usize,
-    id_of: &(dyn Fn(&[u8]) -> Option<String> + Sync),
+    id_of: &(dyn Fn(&[u8], u64) -> Option<String> + Sync),
 ) -> io::Result<Survey> {
     let identity = InputIdentity::of(&open_input(path)?)?;
-    let mut lines = 0u64;
-    {
-        let mut file = BufReader::with_capacity(1 << 20, open_input(path)?);
-        let mut last = b'\n';
-        loop {
-            let buf = file.fill_buf()?;
-            if buf.is_empty() {
-                break;
-            }
-            lines += memchr::memchr_iter(b'\n', buf).count() as u64;
-            last = buf[buf.len() - 1];
-            let n = buf.len();
-            file.consume(n);
-        }
-        if last != b'\n' {
-            lines += 1; // a last line without its newline
-        }
-    }
+    let lines = count_lines(path)?;
     let mut bloom = Bloom::new(lines);
     let mut maybe: HashSet<u64> = HashSet::new();
     let mut reader = LineReader::open(path, 0, 1, limit)?;
@@ -183,7 +188,7 @@ pub fn survey(
         if raw.too_long {
             continue;
         }
-        if let Some(id) = id_of(&raw.bytes) {
+        if let Some(id) = id_of(&raw.bytes, raw.line.number) {
             let hash = id_hash(&id);
             if bloom.insert(hash) {
                 maybe.insert(hash);
@@ -198,7 +203,7 @@ pub fn survey(
             if raw.too_long {
                 continue;
             }
-            if let Some(id) = id_of(&raw.bytes) {
+            if let Some(id) = id_of(&raw.bytes, raw.line.number) {
                 if maybe.contains(&id_hash(&id)) {
                     match first.entry(id) {
                         std::collections::hash_map::Entry::Occupied(_) => {
@@ -270,7 +275,7 @@ mod tests {
         path
     }
 
-    fn id_of(line: &[u8]) -> Option<String> {
+    fn id_of(line: &[u8], _number: u64) -> Option<String> {
         json_field(line, "id").as_ref().and_then(id_text)
     }
 

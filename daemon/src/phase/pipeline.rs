@@ -55,7 +55,7 @@ pub trait RecordPhase: Send + Sync + 'static {
 
     /// The record id of a raw line, for finding duplicates before the pass
     /// starts; `None` when the line has none (its id is then its number).
-    fn record_id(&self, line: &[u8]) -> Option<String>;
+    fn record_id(&self, line: &[u8], number: u64) -> Option<String>;
 
     /// Parses line `number`; `Err` is the reason it is rejected.
     fn parse(&self, bytes: &[u8], number: u64) -> Result<Self::Item, String>;
@@ -200,7 +200,9 @@ pub async fn open<P: RecordPhase>(
     if state.input.is_none() {
         let (path, limit, phase2) = (plan.input.clone(), phase.max_line_bytes(), phase.clone());
         let found = tokio::task::spawn_blocking(move || {
-            survey(&path, limit, &|line: &[u8]| phase2.record_id(line))
+            survey(&path, limit, &|line: &[u8], number| {
+                phase2.record_id(line, number)
+            })
         })
         .await
         .map_err(|e| format!("the input survey failed: {e}"))?
@@ -537,7 +539,9 @@ fn screen<P: RecordPhase>(
         ));
     }
     if duplicates.contains(&raw.line.number) {
-        let id = phase.record_id(&raw.bytes).unwrap_or_default();
+        let id = phase
+            .record_id(&raw.bytes, raw.line.number)
+            .unwrap_or_default();
         return Err(format!("duplicate id {id:?}: an earlier line has it"));
     }
     phase.parse(&raw.bytes, raw.line.number)

@@ -106,23 +106,47 @@ struct Adaptation {
     tokenizer: Option<Arc<dyn Tokenizer>>,
     /// Whether the target template renders a system message.
     takes_system: bool,
-    /// The line numbers the spec's `sample` keeps; `None`: every line.
-    sample: Option<std::collections::HashSet<u64>>,
+    /// The line numbers the spec's `sample` keeps (a bit per line);
+    /// `None`: every line.
+    sample: Option<LineSet>,
 }
 
 impl Adaptation {
     fn sampled_out(&self, number: u64) -> bool {
         self.sample
             .as_ref()
-            .is_some_and(|keep| !keep.contains(&number))
+            .is_some_and(|keep| !keep.contains(number))
+    }
+}
+
+/// A set of line numbers, a bit each: a sample of 100M lines is 12.5 MB.
+struct LineSet(Vec<u64>);
+
+impl LineSet {
+    fn new(lines: u64) -> LineSet {
+        LineSet(vec![0; (lines / 64 + 1) as usize])
+    }
+
+    /// Adds `n`; false if it was there.
+    fn insert(&mut self, n: u64) -> bool {
+        let (word, bit) = ((n / 64) as usize, n % 64);
+        let was = self.0[word] & (1 << bit) != 0;
+        self.0[word] |= 1 << bit;
+        !was
+    }
+
+    fn contains(&self, n: u64) -> bool {
+        self.0
+            .get((n / 64) as usize)
+            .is_some_and(|w| w & (1 << (n % 64)) != 0)
     }
 }
 
 /// `count` distinct line numbers of `1..=lines`, chosen by `seed` (Floyd's
 /// algorithm): the same numbers for the same file and seed, on every run.
-fn sample_lines(lines: u64, count: u64, seed: u64) -> std::collections::HashSet<u64> {
+fn sample_lines(lines: u64, count: u64, seed: u64) -> LineSet {
     let mut rng = crate::phase::feasibility::stats::SplitMix(seed);
-    let mut chosen = std::collections::HashSet::with_capacity(count as usize);
+    let mut chosen = LineSet::new(lines);
     for j in (lines - count + 1)..=lines {
         let t = 1 + rng.next_u64() % j;
         if !chosen.insert(t) {
@@ -130,27 +154,6 @@ fn sample_lines(lines: u64, count: u64, seed: u64) -> std::collections::HashSet<
         }
     }
     chosen
-}
-
-/// Lines of a file, as the reader numbers them (a last line without a
-/// newline counts).
-fn count_lines(path: &std::path::Path) -> Result<u64, String> {
-    use std::io::Read;
-    let mut file = crate::phase::files::open_input(path)
-        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    let mut buf = vec![0u8; 1 << 20];
-    let (mut lines, mut last) = (0u64, b'\n');
-    loop {
-        let n = file
-            .read(&mut buf)
-            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-        if n == 0 {
-            break;
-        }
-        lines += memchr::memchr_iter(b'\n', &buf[..n]).count() as u64;
-        last = buf[n - 1];
-    }
-    Ok(lines + u64::from(last != b'\n'))
 }
 
 impl Adaptation {
@@ -299,7 +302,12 @@ impl RecordPhase for Adaptation {
         crate::phase::generation::prompts::MAX_LINE_BYTES
     }
 
-    fn record_id(&self, line: &[u8]) -> Option<String> {
+    /// A line the sample leaves out has no id here: it cannot make a
+    /// sampled line with the same id a duplicate.
+    fn record_id(&self, line: &[u8], number: u64) -> Option<String> {
+        if self.sampled_out(number) {
+            return None;
+        }
         formats::line_id(line, &self.reading)
     }
 
@@ -411,7 +419,8 @@ fn prepare(spec: &AdaptationSpec, now: i64) -> Result<Adaptation, String> {
         takes_system: true,
         sample: match spec.sample {
             Some(s) => {
-                let lines = count_lines(&spec.input)?;
+                let lines = crate::phase::lines::count_lines(&spec.input)
+                    .map_err(|e| format!("cannot read {}: {e}", spec.input.display()))?;
                 (s.count < lines).then(|| sample_lines(lines, s.count, s.seed))
             }
             None => None,

@@ -91,7 +91,7 @@ fn convert_blocking(
         .collect();
     stats.rejected = rejected_lines.len() as u64;
 
-    let id_of = |line: &[u8]| {
+    let id_of = |line: &[u8], _number: u64| {
         lines::json_field(line, &spec.id_field)
             .as_ref()
             .and_then(lines::id_text)
@@ -101,7 +101,7 @@ fn convert_blocking(
     let mut reader = LineReader::open(&spec.prompts, 0, 1, super::prompts::MAX_LINE_BYTES)?;
     while let Some(raw) = reader.next_line()? {
         let number = raw.line.number;
-        let id = id_of(&raw.bytes).unwrap_or_else(|| format!("line-{number}"));
+        let id = id_of(&raw.bytes, number).unwrap_or_else(|| format!("line-{number}"));
         let done = rejected_lines.contains(&number)
             || (committed.contains(id.as_str()) && written.contains(&id));
         if done {

@@ -83,7 +83,7 @@ impl RecordPhase for Generation {
         prompts::MAX_LINE_BYTES
     }
 
-    fn record_id(&self, line: &[u8]) -> Option<String> {
+    fn record_id(&self, line: &[u8], _number: u64) -> Option<String> {
         let id_field = if self.retry {
             "id"
         } else {

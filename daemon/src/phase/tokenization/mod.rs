@@ -85,7 +85,7 @@ impl RecordPhase for Tokenization {
     type Output = Outcome;
     type Stats = Stats;
 
-    fn record_id(&self, line: &[u8]) -> Option<String> {
+    fn record_id(&self, line: &[u8], _number: u64) -> Option<String> {
         crate::phase::lines::json_field(line, "id")
             .as_ref()
             .and_then(crate::phase::lines::id_text)
