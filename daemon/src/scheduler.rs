@@ -116,7 +116,11 @@ pub async fn run(store: Store, clock: Arc<dyn Clock>, mut stop: watch::Receiver<
             // (a full disk, a busy database).
             tokio::select! {
                 _ = tokio::time::sleep(ERROR_BACKOFF) => {}
-                _ = stop.changed() => {}
+                gone = stop.changed() => {
+                    if gone.is_err() {
+                        return;
+                    }
+                }
             }
             continue;
         }

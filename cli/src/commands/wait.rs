@@ -107,9 +107,28 @@ pub async fn wait(
                 .await?
                 .into_inner();
             seen_revision = page.plan_revision;
-            if let Some(exit) = outcome(&page.tasks, &watched) {
+            let mut tasks = page.tasks;
+            // A watched task the listing leaves out (archived, or past its
+            // first 10,000 tasks) is asked for by itself.
+            for id in &watched {
+                if !tasks.iter().any(|t| &t.id == id) {
+                    let t = client
+                        .get_task(GetTaskRequest { id: id.clone() })
+                        .await?
+                        .into_inner();
+                    if t.archived {
+                        return Err(CliError::new(
+                            Exit::Cancelled,
+                            format!("{id} was archived (left out of a todo list); it will not run"),
+                        )
+                        .into());
+                    }
+                    tasks.push(t);
+                }
+            }
+            if let Some(exit) = outcome(&tasks, &watched) {
                 let shown: Vec<Task> = if watched.is_empty() {
-                    page.tasks
+                    tasks
                 } else {
                     let mut full = Vec::new();
                     for id in &watched {

@@ -157,6 +157,10 @@ fn crontab_weekdays(field: &str) -> Result<String, Error> {
             Err(_) => Ok(text.to_string()),
         }
     };
+    // Every day, in crontab's numbers.
+    if field == "0-7" || field == "0-6" || field == "1-7" {
+        return Ok("*".to_string());
+    }
     let mut items = Vec::new();
     for item in field.split(',') {
         let (range, step) = match item.split_once('/') {
@@ -255,6 +259,15 @@ mod tests {
         let saturday = SUNDAY_9 - 24 * 60 * MINUTE;
         assert_eq!(every("0 9 * * 1-5").next_after(saturday), Some(MONDAY_9));
         assert!(Schedule::parse("0 9 * * 8", "UTC", Action::Reopen, MIDNIGHT).is_err());
+        // Every day, however crontab spells it.
+        for all in ["0-7", "0-6", "1-7", "*"] {
+            let s = every(&format!("0 9 * * {all}"));
+            assert_eq!(
+                s.next_after(MIDNIGHT),
+                Some(MIDNIGHT + 9 * 60 * MINUTE),
+                "{all}"
+            );
+        }
     }
 
     #[test]

@@ -148,10 +148,6 @@ impl Bloom {
     }
 }
 
-/// Counts the lines of `path` and finds the lines whose id (`id_of`, given a
-/// line's bytes; `None` for a line that has no id of its own) repeats an
-/// earlier one. Reads the file two or three times; memory is about 1.25 bytes
-/// per line plus the ids that collide in the filter.
 /// How many lines a file has, as the reader numbers them (a last line
 /// without its newline counts).
 pub fn count_lines(path: &Path) -> io::Result<u64> {
@@ -174,6 +170,10 @@ pub fn count_lines(path: &Path) -> io::Result<u64> {
     Ok(lines)
 }
 
+/// Counts the lines of `path` and finds the lines whose id (`id_of`, given a
+/// line's bytes and number; `None` for a line that has no id of its own) repeats an
+/// earlier one. Reads the file two or three times; memory is about 1.25 bytes
+/// per line plus the ids that collide in the filter.
 pub fn survey(
     path: &Path,
     limit: usize,
