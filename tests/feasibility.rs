@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use todod_e2e::gen::write_prompts;
 use todod_e2e::mock_openai::{MockOpenAi, Settings};
-use todod_e2e::{proto, transition, wait_task, write_request, Client, RealDaemon, TestDaemon};
+use todod_e2e::{create_phase, proto, transition, wait_task, Client, RealDaemon, TestDaemon};
 
 /// A server of 4 slots: about 40 ms to the first token, then 400 tokens/s a
 /// request, answers of 10 to 50 tokens. Its throughput stops growing at
@@ -59,17 +59,7 @@ async fn create(
     spec: &Value,
     after: &[&str],
 ) -> Result<String, tonic::Status> {
-    c.write_todos(write_request(plan, vec![])).await.unwrap();
-    c.create_task(proto::CreateTaskRequest {
-        plan: plan.into(),
-        content: format!("{kind} task"),
-        kind: kind.into(),
-        spec_json: spec.to_string(),
-        depends_on: after.iter().map(|s| s.to_string()).collect(),
-        ..Default::default()
-    })
-    .await
-    .map(|r| r.into_inner().id)
+    create_phase(c, plan, kind, &spec.to_string(), after).await
 }
 
 async fn wait_ended(c: &mut Client, plan: &str, id: &str) -> proto::Task {

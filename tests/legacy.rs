@@ -5,11 +5,10 @@
 use std::time::Duration;
 
 use serde_json::json;
-use todod::domain::{Kind, Priority, Status};
-use todod::store::{NewTask, Store, WriteContext};
+use todod::store::{Store, WriteContext};
 use todod_e2e::gen::{self, assert_result_matches, prompt_texts, write_prompts, written};
 use todod_e2e::mock_openai::{expected_content, MockOpenAi, Settings};
-use todod_e2e::{wait_task, RealDaemon};
+use todod_e2e::{abandoned_generation, wait_task, RealDaemon};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_checkpoint_of_an_earlier_todod_is_taken_over() {
@@ -48,28 +47,7 @@ async fn a_checkpoint_of_an_earlier_todod_is_taken_over() {
         let ctx = WriteContext::default();
         store.create_plan("p", "", &ctx).await.unwrap();
         let spec = gen::spec(data.path(), &mock.url, 4);
-        let task = store
-            .create_task(
-                &NewTask {
-                    plan: "p".into(),
-                    content: "generate".into(),
-                    priority: Priority::Medium,
-                    kind: Kind::Generation,
-                    spec: spec.to_string(),
-                    claims: vec![],
-                    depends_on: vec![],
-                    requires_dependency: None,
-                },
-                &ctx,
-            )
-            .await
-            .unwrap()
-            .id;
-        store
-            .transition(task, Status::InProgress, &ctx)
-            .await
-            .unwrap();
-        store.take_lease(task, "old-run.1").await.unwrap();
+        let task = abandoned_generation(&store, "p", &spec, "old-run.1").await;
         store.close().await;
         // The old checkpoint tables, written as 0.1 wrote them.
         let pool = sqlx::SqlitePool::connect(&format!("sqlite:{}", db.display()))

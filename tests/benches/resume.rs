@@ -15,13 +15,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use todod::domain::{Kind, Priority, Status};
 use todod::phase::cursor::Cursor;
 use todod::phase::files::{hex, FileState, Identity, InputIdentity, HEAD_BYTES};
 use todod::phase::state::{InputState, PassCounts, PhaseState};
-use todod::store::{NewTask, Store, WriteContext};
+use todod::store::{Store, WriteContext};
 use todod_e2e::mock_openai::{MockOpenAi, Settings};
-use todod_e2e::{wait_task, RealDaemon};
+use todod_e2e::{abandoned_generation, wait_task, RealDaemon};
 
 const TOTAL: u64 = 10_000_000;
 const DONE: u64 = 9_000_000;
@@ -118,28 +117,7 @@ async fn main() {
         let spec = json!({"prompts": prompts, "output": out, "failures": failures,
             "rejects": rejects, "endpoints": [mock.url], "model": "mock-model",
             "concurrency": 64, "stream": false});
-        let task = store
-            .create_task(
-                &NewTask {
-                    plan: "big".into(),
-                    content: "generate 10M".into(),
-                    priority: Priority::Medium,
-                    kind: Kind::Generation,
-                    spec: spec.to_string(),
-                    claims: vec![],
-                    depends_on: vec![],
-                    requires_dependency: None,
-                },
-                &ctx,
-            )
-            .await
-            .unwrap()
-            .id;
-        store
-            .transition(task, Status::InProgress, &ctx)
-            .await
-            .unwrap();
-        store.take_lease(task, "dead-run.1").await.unwrap();
+        let task = abandoned_generation(&store, "big", &spec, "dead-run.1").await;
         let input = std::fs::File::open(&prompts).unwrap();
         let mut state = PhaseState {
             input: Some(InputState {

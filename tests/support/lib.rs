@@ -417,20 +417,33 @@ pub async fn snapshot(client: &mut Client) -> String {
     out
 }
 
-/// Creates plan `plan` (if needed) and a generation task in it; returns its id.
-pub async fn create_generation(c: &mut Client, plan: &str, spec: String) -> String {
+/// Creates plan `plan` (if needed) and a `kind` task in it with `spec`,
+/// depending on `after`; returns its id, or the daemon's refusal.
+pub async fn create_phase(
+    c: &mut Client,
+    plan: &str,
+    kind: &str,
+    spec: &str,
+    after: &[&str],
+) -> Result<String, tonic::Status> {
     c.write_todos(write_request(plan, vec![])).await.unwrap();
     c.create_task(proto::CreateTaskRequest {
         plan: plan.into(),
-        content: "generate completions".into(),
-        kind: "generation".into(),
-        spec_json: spec,
+        content: format!("{kind} task"),
+        kind: kind.into(),
+        spec_json: spec.into(),
+        depends_on: after.iter().map(|s| s.to_string()).collect(),
         ..Default::default()
     })
     .await
-    .unwrap()
-    .into_inner()
-    .id
+    .map(|r| r.into_inner().id)
+}
+
+/// Creates plan `plan` (if needed) and a generation task in it; returns its id.
+pub async fn create_generation(c: &mut Client, plan: &str, spec: String) -> String {
+    create_phase(c, plan, "generation", &spec, &[])
+        .await
+        .unwrap_or_else(|e| panic!("create: {e}"))
 }
 
 /// Follows the plan's events until `done` holds for `task`; returns the task.
@@ -624,4 +637,44 @@ pub async fn run_killing_each(
     }
     eprintln!("kills: {kills:?}");
     (ended, kills)
+}
+
+/// A generation task of `plan` with `spec`, left in progress by a run
+/// `attempt` that died: what a daemon finds after a kill. Written straight
+/// into `store`; returns the task.
+pub async fn abandoned_generation(
+    store: &Store,
+    plan: &str,
+    spec: &serde_json::Value,
+    attempt: &str,
+) -> todod::domain::TaskId {
+    use todod::domain::{Kind, Priority, Status};
+    use todod::store::{NewTask, WriteContext};
+    let ctx = WriteContext {
+        actor: "test".into(),
+        ..Default::default()
+    };
+    let task = store
+        .create_task(
+            &NewTask {
+                plan: plan.into(),
+                content: "generate".into(),
+                priority: Priority::Medium,
+                kind: Kind::Generation,
+                spec: spec.to_string(),
+                claims: vec![],
+                depends_on: vec![],
+                requires_dependency: None,
+            },
+            &ctx,
+        )
+        .await
+        .unwrap()
+        .id;
+    store
+        .transition(task, Status::InProgress, &ctx)
+        .await
+        .unwrap();
+    store.take_lease(task, attempt).await.unwrap();
+    task
 }

@@ -284,6 +284,17 @@ pub enum Existing {
     Replace,
 }
 
+impl Existing {
+    /// What a spec's `overwrite` asks for.
+    pub fn when(overwrite: bool) -> Existing {
+        if overwrite {
+            Existing::Replace
+        } else {
+            Existing::Refuse
+        }
+    }
+}
+
 impl Output {
     /// Creates the file of a state with no identity yet. An empty regular file
     /// already at the path is adopted when `adopt_empty` (it is ours, created

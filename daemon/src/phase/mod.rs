@@ -13,6 +13,7 @@
 //!   lines are committed) and [`state`] (the checkpoint document).
 //! - One module per kind says how to read, process and write its records.
 pub mod adaptation;
+pub mod cpu_pass;
 pub mod cursor;
 pub mod feasibility;
 pub mod files;

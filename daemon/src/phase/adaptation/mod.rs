@@ -21,10 +21,9 @@ use serde_json::{json, Map, Value};
 
 use crate::chat_template::{ChatTemplate, Clock};
 use crate::phase::cursor::Line;
-use crate::phase::files::Existing;
-use crate::phase::pipeline::{self, Files, PassEnd, PassPlan, Processor, RecordPhase};
+use crate::phase::pipeline::{self, Files, RecordPhase};
 use crate::phase::state::{InputState, PassCounts, PhaseState};
-use crate::phase::{Ended, RunContext};
+use crate::phase::{cpu_pass, Ended, RunContext};
 use crate::tokenizer::Tokenizer;
 use formats::{Conversation, Message, Reading};
 pub use spec::AdaptationSpec;
@@ -457,11 +456,6 @@ fn verdict(spec: &AdaptationSpec, mut state: PhaseState, template: Option<&str>)
         .as_ref()
         .map_or(0, |i| i.lines)
         .saturating_sub(stats.not_sampled);
-    let share = if lines == 0 {
-        0.0
-    } else {
-        stats.rejected as f64 / lines as f64
-    };
     if stats.records == 0 {
         return Ended::Failed {
             error: format!(
@@ -471,16 +465,14 @@ fn verdict(spec: &AdaptationSpec, mut state: PhaseState, template: Option<&str>)
             state: Some(state),
         };
     }
-    if share > spec.max_rejected_share {
+    if let Some(error) = cpu_pass::too_many_rejected(
+        stats.rejected,
+        lines,
+        spec.max_rejected_share,
+        &spec.rejects,
+    ) {
         return Ended::Failed {
-            error: format!(
-                "{} of {lines} lines were rejected ({:.1}%, over the limit of {}%); the reasons \
-                 are in {}",
-                stats.rejected,
-                share * 100.0,
-                spec.max_rejected_share * 100.0,
-                spec.rejects.display()
-            ),
+            error,
             state: Some(state),
         };
     }
@@ -542,26 +534,20 @@ async fn run_inner(run: &RunContext, spec: AdaptationSpec) -> Result<Ended, Stri
     }
     let phase = Arc::new(phase);
     if !state.complete {
-        let plan = PassPlan {
-            input: spec.input.clone(),
-            files: vec![spec.output.clone(), spec.rejects.clone()],
-            existing: if spec.overwrite {
-                Existing::Replace
-            } else {
-                Existing::Refuse
-            },
-        };
-        let Some((opened, outputs)) = pipeline::open(run, &phase, state, &plan).await? else {
-            return Ok(Ended::Stopped);
-        };
         let worker = phase.clone();
-        let processor = Processor::Cpu {
-            threads: spec.threads,
-            process: Arc::new(move |c: Conversation| worker.adapt(c)),
-        };
-        state = match pipeline::run(run, phase, opened, outputs, processor).await? {
-            PassEnd::Complete(state, _) => *state,
-            PassEnd::Stopped => return Ok(Ended::Stopped),
+        let files = vec![spec.output.clone(), spec.rejects.clone()];
+        let plan = cpu_pass::plan(&spec.input, files, spec.overwrite);
+        let pass = cpu_pass::run(
+            run,
+            phase,
+            state,
+            &plan,
+            spec.threads,
+            Arc::new(move |c: Conversation| worker.adapt(c)),
+        );
+        state = match pass.await? {
+            Some(state) => state,
+            None => return Ok(Ended::Stopped),
         };
     }
     Ok(verdict(&spec, state, template.as_deref()))

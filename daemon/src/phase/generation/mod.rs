@@ -455,11 +455,7 @@ async fn run_inner(run: &RunContext, spec: GenerationSpec) -> Result<Ended, Stri
     let plan = PassPlan {
         input,
         files: spec.files(),
-        existing: if spec.overwrite && state.pass == 0 {
-            Existing::Replace
-        } else {
-            Existing::Refuse
-        },
+        existing: Existing::when(spec.overwrite && state.pass == 0),
     };
     let Some((state, outputs)) = pipeline::open(run, &phase, state, &plan).await? else {
         return Ok(Ended::Stopped);

@@ -25,10 +25,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use crate::phase::cursor::Line;
-use crate::phase::files::{self, Existing, Fs, SeqReader};
-use crate::phase::pipeline::{self, Files, PassEnd, PassPlan, Processor, RecordPhase};
+use crate::phase::files::{self, Fs, SeqReader};
+use crate::phase::pipeline::{self, Files, RecordPhase};
 use crate::phase::state::{InputState, PassCounts, PhaseState};
-use crate::phase::{Ended, RunContext};
+use crate::phase::{cpu_pass, Ended, RunContext};
 use megatron::Dtype;
 use records::{Outcome, Record, Tokenizing};
 pub use spec::TokenizationSpec;
@@ -323,11 +323,6 @@ fn verdict(spec: &TokenizationSpec, mut state: PhaseState, manifest: Option<Valu
     };
     state.closed = true;
     let lines = state.input.as_ref().map_or(0, |i| i.lines);
-    let share = if lines == 0 {
-        0.0
-    } else {
-        stats.rejected as f64 / lines as f64
-    };
     let paths = spec.paths();
     if stats.records == 0 {
         return Ended::Failed {
@@ -341,15 +336,14 @@ fn verdict(spec: &TokenizationSpec, mut state: PhaseState, manifest: Option<Valu
             state: Some(state),
         };
     }
-    if share > spec.max_rejected_share {
+    if let Some(error) = cpu_pass::too_many_rejected(
+        stats.rejected,
+        lines,
+        spec.max_rejected_share,
+        &paths.rejects,
+    ) {
         return Ended::Failed {
-            error: format!(
-                "{} of {lines} lines were rejected ({:.1}%, over the limit of {}%); see {}",
-                stats.rejected,
-                share * 100.0,
-                spec.max_rejected_share * 100.0,
-                paths.rejects.display()
-            ),
+            error,
             state: Some(state),
         };
     }
@@ -415,25 +409,19 @@ async fn run_inner(run: &RunContext, spec: TokenizationSpec) -> Result<Ended, St
     });
     if !state.complete {
         let paths = spec.paths();
-        let plan = PassPlan {
-            input: spec.input.clone(),
-            files: vec![paths.bin, paths.sizes, paths.mask, paths.ids, paths.rejects],
-            existing: if spec.overwrite {
-                Existing::Replace
-            } else {
-                Existing::Refuse
-            },
-        };
-        let Some((opened, outputs)) = pipeline::open(run, &phase, state, &plan).await? else {
-            return Ok(Ended::Stopped);
-        };
-        let processor = Processor::Cpu {
-            threads: spec.threads,
-            process: Arc::new(move |record: Record| work.tokenize(record)),
-        };
-        state = match pipeline::run(run, phase, opened, outputs, processor).await? {
-            PassEnd::Complete(state, _) => *state,
-            PassEnd::Stopped => return Ok(Ended::Stopped),
+        let files = vec![paths.bin, paths.sizes, paths.mask, paths.ids, paths.rejects];
+        let plan = cpu_pass::plan(&spec.input, files, spec.overwrite);
+        let pass = cpu_pass::run(
+            run,
+            phase,
+            state,
+            &plan,
+            spec.threads,
+            Arc::new(move |record: Record| work.tokenize(record)),
+        );
+        state = match pass.await? {
+            Some(state) => state,
+            None => return Ok(Ended::Stopped),
         };
     }
     let (fs, spec2, state2) = (run.fs.clone(), spec.clone(), state.clone());
