@@ -439,3 +439,110 @@ async fn a_sweep_killed_midway_finishes_with_each_level_from_one_run() {
     }
     daemon.terminate();
 }
+
+/// A `remeasure` schedule on a generation whose server lost half its
+/// capacity: the run is held while the server is measured alone at the
+/// run's level (it never has more requests than that level at once), the
+/// figures say how much the server changed since the sweep, and the drift
+/// check is held against them afterwards: the drift found before is not
+/// found again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_remeasure_holds_the_run_and_the_drift_check_follows_the_server_it_found() {
+    use todod::scheduler::ManualClock;
+    // 2026-12-01T10:02:00Z.
+    let clock = ManualClock::new(1_796_119_320_000);
+    let mock = MockOpenAi::start(four_slots()).await;
+    let dir = tempfile::tempdir().unwrap();
+    write_prompts(&dir.path().join("prompts.jsonl"), 650, false);
+    let daemon = TestDaemon::start_with(todod::server::Options {
+        clock: Some(clock.clone()),
+        ..Default::default()
+    })
+    .await;
+    let mut c = daemon.client().await;
+    let spec = sweep_spec(json!({"concurrency": [4], "drift_after_seconds": 2}));
+    let feasibility = create(&mut c, "re", "feasibility", &spec, &[])
+        .await
+        .unwrap();
+    let generation = create(
+        &mut c,
+        "re",
+        "generation",
+        &generation_spec(dir.path(), &mock.url),
+        &[&feasibility],
+    )
+    .await
+    .unwrap();
+    wait_task(&mut c, "re", &generation, |t| {
+        t.progress.as_ref().is_some_and(|p| p.done >= 150)
+    })
+    .await;
+    mock.set_capacity(2).await;
+    // The drift the halved server causes is found (and recorded) first.
+    loop {
+        if !events(&mut c, &generation, "drift").await.is_empty() {
+            break;
+        }
+        let now = c
+            .get_task(proto::GetTaskRequest {
+                id: generation.clone(),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(now.status, "in_progress", "the run ended before it drifted");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Every minute; the test clock reaches one slot.
+    c.set_schedule(proto::SetScheduleRequest {
+        task_id: generation.clone(),
+        cron: "* * * * *".into(),
+        action: "remeasure".into(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    clock.advance(Duration::from_secs(60));
+    let fired = loop {
+        let fired = events(&mut c, &generation, "schedule_fired").await;
+        if let Some(e) = fired.first() {
+            break serde_json::from_str::<Value>(&e.new_value).unwrap();
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(
+        fired.get("error").is_none() && fired.get("skipped").is_none(),
+        "{fired}"
+    );
+    assert_eq!(fired["action"], "remeasure");
+    assert_eq!(fired["concurrency"], 4);
+    assert_eq!(fired["feasibility"], feasibility);
+    assert!(fired["requests"].as_u64().unwrap() >= 48, "{fired}");
+    // Half the slots: about half the sweep's throughput.
+    let ratio = fired["output_tokens_per_second"]["ratio"].as_f64().unwrap();
+    assert!((0.3..0.75).contains(&ratio), "{fired}");
+    let left = fired["left"].as_u64().unwrap();
+    assert!(left > 0 && left < 650, "{fired}");
+    assert_eq!(fired["projection"]["records"], left);
+    assert!(fired["held_seconds"].as_f64().unwrap() > 0.0, "{fired}");
+
+    let done = wait_ended(&mut c, "re", &generation).await;
+    assert_eq!(done.status, "completed", "{}", done.error);
+    assert_eq!(lines(&dir.path().join("out.jsonl")), 650);
+    assert!(
+        mock.max_in_flight() <= 4,
+        "the server had {} requests at once: the run was not held while it was measured",
+        mock.max_in_flight()
+    );
+    let drifts = events(&mut c, &generation, "drift").await;
+    assert_eq!(
+        drifts.len(),
+        1,
+        "after the re-measurement the run matches the server it found: {drifts:?}"
+    );
+    let last: Value = serde_json::from_str(&done.progress.unwrap().detail_json).unwrap();
+    assert_eq!(last["drifting"], false, "{last}");
+    let firings = events(&mut c, &generation, "schedule_fired").await;
+    assert_eq!(firings.len(), 1, "one slot, one firing");
+    daemon.stop().await;
+}

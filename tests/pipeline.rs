@@ -151,6 +151,7 @@ async fn bench(lines: usize) -> (Bench, Vec<i64>) {
         stop,
         fs: Arc::new(fs.clone()) as SharedFs,
         bounds: Arc::new(Boundaries::default()),
+        gates: Default::default(),
     };
     let bench = Bench {
         out: PathBuf::from("/lossy/out.jsonl"),

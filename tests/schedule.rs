@@ -246,6 +246,8 @@ async fn bad_schedules_are_refused_with_the_field_and_the_reason() {
         ("", "", "reopen", "cron"),
         ("*/5 * * * *", "Mars/Olympus", "reopen", "timezone"),
         ("*/5 * * * *", "", "explode", "action"),
+        // Re-measuring is for a generation, not a plain task.
+        ("*/5 * * * *", "", "remeasure", "action"),
     ] {
         let e = c
             .set_schedule(proto::SetScheduleRequest {

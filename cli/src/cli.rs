@@ -170,8 +170,11 @@ pub enum Command {
     ///
     /// reopen: a completed plain task goes back to pending at each firing (a
     /// recurring chore). probe: a generation or feasibility task's endpoints
-    /// are asked whether they answer. Slots missed while the daemon was down
-    /// fire once when it starts.
+    /// are asked whether they answer. remeasure: a running generation is held
+    /// while its server is measured again at its level (as its feasibility
+    /// task measured it); the figures are recorded and its drift check is
+    /// held against them. Slots missed while the daemon was down fire once
+    /// when it starts.
     Schedule {
         /// Task id, e.g. t42
         task: String,
@@ -183,7 +186,7 @@ pub enum Command {
         #[arg(long = "tz", default_value = "UTC")]
         timezone: String,
         /// What a firing does
-        #[arg(long, value_parser = ["reopen", "probe"], default_value = "reopen")]
+        #[arg(long, value_parser = ["reopen", "probe", "remeasure"], default_value = "reopen")]
         action: String,
         /// Remove the task's schedule
         #[arg(long, conflicts_with = "cron")]

@@ -4,7 +4,12 @@
 //!
 //! Actions: `reopen` sends a completed plain task back to pending (a
 //! recurring chore); `probe` asks each endpoint of a phase task's spec
-//! whether it answers (`/health`), and records what each said and how fast.
+//! whether it answers (`/health`), and records what each said and how fast;
+//! `remeasure` holds a running generation and measures its server again
+//! (see [`crate::phase::feasibility::remeasure`]). A re-measurement takes a
+//! minute or more, so it runs beside the loop, and its slot is not looked
+//! at again until it is recorded.
+use std::collections::HashSet;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -14,7 +19,8 @@ use serde_json::{json, Value};
 use tokio::sync::watch;
 
 use crate::domain::schedule::{Action, Schedule};
-use crate::domain::Kind;
+use crate::domain::{Kind, TaskId};
+use crate::phase::gate::Gates;
 use crate::store::{DueSchedule, Store};
 
 /// Where the scheduler reads the time, and how it waits for it.
@@ -83,24 +89,57 @@ const ERROR_BACKOFF: Duration = Duration::from_secs(1);
 /// How long an endpoint has to answer a probe.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// How often the loop looks while a re-measurement's slot is due but taken.
+const BUSY_LOOK: i64 = 1_000;
+
 /// Runs until `stop` turns true.
-pub async fn run(store: Store, clock: Arc<dyn Clock>, mut stop: watch::Receiver<bool>) {
+pub async fn run(
+    store: Store,
+    clock: Arc<dyn Clock>,
+    gates: Gates,
+    mut stop: watch::Receiver<bool>,
+) {
     let mut commits = store.subscribe();
     let http = reqwest::Client::builder()
         .timeout(PROBE_TIMEOUT)
         .redirect(reqwest::redirect::Policy::none())
         .build()
         .ok();
+    // Re-measurements under way, by task; aborted when the daemon stops
+    // (their slots are then still due, and fire at the next start).
+    let mut measuring = Measuring::default();
     loop {
         if *stop.borrow_and_update() {
             return;
         }
+        while let Some(done) = measuring.beside.try_join_next_with_id() {
+            measuring.ended(done);
+        }
         let now = clock.now_ms();
         let mut failed = false;
+        let mut busy = false;
         match store.due_schedules(now).await {
             Ok(due) => {
                 for schedule in due {
-                    if let Err(e) = fire(&store, clock.as_ref(), http.as_ref(), &schedule).await {
+                    if measuring.tasks.contains(&schedule.task) || measuring.cooling(schedule.task)
+                    {
+                        busy = true;
+                        continue;
+                    }
+                    if schedule.action == Action::Remeasure.as_str()
+                        && schedule.kind == Kind::Generation
+                    {
+                        let (store, clock, gates) = (store.clone(), clock.clone(), gates.clone());
+                        let task = schedule.task;
+                        measuring.start(task, async move {
+                            fire(&store, clock.as_ref(), None, &gates, &schedule).await
+                        });
+                        busy = true;
+                        continue;
+                    }
+                    if let Err(e) =
+                        fire(&store, clock.as_ref(), http.as_ref(), &gates, &schedule).await
+                    {
                         tracing::warn!(task = %schedule.task, error = %e, "schedule firing not recorded");
                         failed = true;
                     }
@@ -125,9 +164,18 @@ pub async fn run(store: Store, clock: Arc<dyn Clock>, mut stop: watch::Receiver<
             continue;
         }
         let next = store.next_schedule_slot().await.ok().flatten();
-        let wake = next.map_or(now + IDLE_LOOK, |n| n.min(now + IDLE_LOOK));
+        let mut wake = next.map_or(now + IDLE_LOOK, |n| n.min(now + IDLE_LOOK));
+        if busy {
+            // The slot due is a re-measurement's, under way: look now and
+            // then for the others, not in a tight loop.
+            wake = wake.max(now + BUSY_LOOK);
+        }
         let committed = tokio::select! {
             _ = clock.sleep_until(wake) => false,
+            Some(done) = measuring.beside.join_next_with_id(), if !measuring.beside.is_empty() => {
+                measuring.ended(done);
+                continue;
+            }
             _ = commits.changed() => true,
             gone = stop.changed() => {
                 if gone.is_err() {
@@ -144,10 +192,66 @@ pub async fn run(store: Store, clock: Arc<dyn Clock>, mut stop: watch::Receiver<
     }
 }
 
+/// Firings that run beside the loop, and whose tasks they are.
+#[derive(Default)]
+struct Measuring {
+    tasks: HashSet<TaskId>,
+    by_join: std::collections::HashMap<tokio::task::Id, TaskId>,
+    beside: tokio::task::JoinSet<Result<(), crate::store::Error>>,
+    /// A re-measurement that could not be recorded is not tried again
+    /// before this: each try holds the run.
+    not_before: std::collections::HashMap<TaskId, Instant>,
+}
+
+/// How long after a re-measurement that could not be recorded the next try
+/// waits.
+const REMEASURE_BACKOFF: Duration = Duration::from_secs(60);
+
+type Joined = Result<(tokio::task::Id, Result<(), crate::store::Error>), tokio::task::JoinError>;
+
+impl Measuring {
+    fn start(
+        &mut self,
+        task: TaskId,
+        firing: impl Future<Output = Result<(), crate::store::Error>> + Send + 'static,
+    ) {
+        self.tasks.insert(task);
+        let handle = self.beside.spawn(firing);
+        self.by_join.insert(handle.id(), task);
+    }
+
+    fn cooling(&mut self, task: TaskId) -> bool {
+        match self.not_before.get(&task) {
+            Some(at) if Instant::now() < *at => true,
+            Some(_) => {
+                self.not_before.remove(&task);
+                false
+            }
+            None => false,
+        }
+    }
+
+    fn ended(&mut self, done: Joined) {
+        let (id, result) = match done {
+            Ok((id, result)) => (id, result.map_err(|e| e.to_string())),
+            Err(e) => (e.id(), Err(e.to_string())),
+        };
+        if let Some(task) = self.by_join.remove(&id) {
+            self.tasks.remove(&task);
+            if let Err(e) = result {
+                tracing::warn!(task = %task, error = %e, "re-measurement not recorded");
+                self.not_before
+                    .insert(task, Instant::now() + REMEASURE_BACKOFF);
+            }
+        }
+    }
+}
+
 async fn fire(
     store: &Store,
     clock: &dyn Clock,
     http: Option<&reqwest::Client>,
+    gates: &Gates,
     due: &DueSchedule,
 ) -> Result<(), crate::store::Error> {
     let now = clock.now_ms();
@@ -179,6 +283,13 @@ async fn fire(
         Action::Reopen => reopen = due.kind == Kind::Todo,
         Action::Probe => {
             outcome["endpoints"] = probe(http, due.spec.as_deref()).await;
+        }
+        Action::Remeasure => {
+            let found =
+                crate::phase::feasibility::remeasure::remeasure(store, gates, due.task).await;
+            if let (Value::Object(out), Value::Object(found)) = (&mut outcome, found) {
+                out.extend(found);
+            }
         }
     }
     tracing::info!(task = %due.task, action = schedule.action.as_str(), missed = firing.slots - 1, "schedule fired");

@@ -125,14 +125,22 @@ pub async fn run(
     let unix_auth = BearerAuth::new(None);
 
     // Phase runs go on beside the API and stop with it, resumable.
+    let gates = crate::phase::gate::Gates::default();
     let settings = runtime::Settings {
         run_id: runtime::new_run_id(),
         fs: options.fs.clone().unwrap_or_else(|| Arc::new(RealFs)),
         bounds,
+        gates: gates.clone(),
     };
     let workers = tokio::spawn(runtime::run(store.clone(), settings, stop_rx.clone()));
-    // Schedules fire beside them, on the same stop.
-    let scheduler = tokio::spawn(crate::scheduler::run(store.clone(), clock, stop_rx.clone()));
+    // Schedules fire beside them, on the same stop (a re-measurement holds
+    // a run through its gate).
+    let scheduler = tokio::spawn(crate::scheduler::run(
+        store.clone(),
+        clock,
+        gates,
+        stop_rx.clone(),
+    ));
 
     let mut servers = tokio::task::JoinSet::new();
     if let Some(listener) = listeners.tcp {

@@ -90,6 +90,27 @@ struct State {
     /// Permits held away from requests: the capacity taken by `set_capacity`.
     held: Mutex<Vec<tokio::sync::OwnedSemaphorePermit>>,
     capacity: usize,
+    /// Requests received and not yet answered (waiting for a slot or
+    /// served), and the most there ever were.
+    in_flight: AtomicUsize,
+    max_in_flight: AtomicUsize,
+}
+
+/// Counts a request in flight until dropped.
+struct InFlight<'a>(&'a State);
+
+impl<'a> InFlight<'a> {
+    fn new(state: &'a State) -> InFlight<'a> {
+        let now = state.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        state.max_in_flight.fetch_max(now, Ordering::SeqCst);
+        InFlight(state)
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 pub struct MockOpenAi {
@@ -178,6 +199,11 @@ impl MockOpenAi {
     /// The input texts of the requests received so far (last message or prompt).
     pub fn inputs(&self) -> Vec<String> {
         self.bodies().iter().map(input_of).collect()
+    }
+
+    /// The most requests the server ever had at once (waiting or served).
+    pub fn max_in_flight(&self) -> usize {
+        self.state.max_in_flight.load(Ordering::SeqCst)
     }
 
     pub fn requests(&self) -> usize {
@@ -284,6 +310,9 @@ async fn serve(
     let Some(request) = read_request(&mut stream).await else {
         return Ok(());
     };
+    // Not counted from the last write on: the client may send its next
+    // request as soon as it has read it, before this task drops the count.
+    let counted = InFlight::new(state);
     let _slot = capacity.acquire().await.expect("semaphore");
     state.requests.fetch_add(1, Ordering::SeqCst);
     state.requests_changed.notify_waiters();
@@ -416,6 +445,7 @@ async fn serve(
             body.len()
         );
         stream.write_all(head.as_bytes()).await?;
+        drop(counted);
         stream.write_all(body.as_bytes()).await?;
         return stream.shutdown().await;
     }
@@ -459,6 +489,7 @@ async fn serve(
     let last = json!({"model": model, "choices": [last_choice]});
     let usage_chunk = json!({"model": model, "choices": [], "usage": usage});
     let tail = format!("data: {last}\n\ndata: {usage_chunk}\n\ndata: [DONE]\n\n");
+    drop(counted);
     stream.write_all(tail.as_bytes()).await?;
     stream.shutdown().await
 }

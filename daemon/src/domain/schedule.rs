@@ -15,6 +15,10 @@ pub enum Action {
     /// The endpoints of a phase task's spec are asked whether they answer;
     /// the answers are recorded.
     Probe,
+    /// A running generation is held while the server is measured again at
+    /// its level, as its feasibility task measured it; the figures are
+    /// recorded and the run's drift check is held against them.
+    Remeasure,
 }
 
 impl Action {
@@ -22,6 +26,7 @@ impl Action {
         match self {
             Action::Reopen => "reopen",
             Action::Probe => "probe",
+            Action::Remeasure => "remeasure",
         }
     }
 
@@ -29,9 +34,10 @@ impl Action {
         match text {
             "reopen" => Ok(Action::Reopen),
             "probe" => Ok(Action::Probe),
+            "remeasure" => Ok(Action::Remeasure),
             other => Err(Error::invalid(
                 field,
-                format!("{other:?} is not an action; use reopen or probe"),
+                format!("{other:?} is not an action; use reopen, probe or remeasure"),
             )),
         }
     }

@@ -17,6 +17,7 @@ pub mod cpu_pass;
 pub mod cursor;
 pub mod feasibility;
 pub mod files;
+pub mod gate;
 pub mod generation;
 pub mod lines;
 pub mod lossy_fs;
@@ -50,6 +51,8 @@ pub struct RunContext {
     pub stop: watch::Receiver<bool>,
     pub fs: files::SharedFs,
     pub bounds: Arc<Boundaries>,
+    /// Where a run that sends requests puts its gate (see [`gate`]).
+    pub gates: gate::Gates,
 }
 
 /// How a run ended.

@@ -49,6 +49,8 @@ pub struct Settings {
     pub run_id: String,
     pub fs: SharedFs,
     pub bounds: Arc<Boundaries>,
+    /// Shared with the scheduler, which holds a run to re-measure.
+    pub gates: super::gate::Gates,
 }
 
 /// A run in the table: its attempt and the switch that stops it.
@@ -110,6 +112,7 @@ pub async fn run(store: Store, settings: Settings, mut shutdown: watch::Receiver
                                 stop: stopped,
                                 fs: settings.fs.clone(),
                                 bounds: settings.bounds.clone(),
+                                gates: settings.gates.clone(),
                             };
                             running.insert(task.id, Running { attempt, stop });
                             active.spawn(run_one(task.kind, context));

@@ -59,6 +59,18 @@ fn set(
                 )
                 .into())
             }
+            (Action::Remeasure, Kind::Generation) => {}
+            (Action::Remeasure, kind) => {
+                return Err(domain::Error::invalid(
+                    "action",
+                    format!(
+                        "remeasure holds a running generation and measures its server again; \
+                         {id} is a {kind} task (set it on the generation the feasibility task \
+                         vouches for)"
+                    ),
+                )
+                .into())
+            }
         }
     }
     let old = stored(db, id)?;

@@ -9,6 +9,7 @@
 //! middle of a level measures that level again from the start, so no level
 //! mixes two runs. A retry after the task ended measures everything again.
 pub mod measure;
+pub mod remeasure;
 mod report;
 pub mod spec;
 pub mod stats;

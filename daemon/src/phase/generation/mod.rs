@@ -23,6 +23,7 @@ use crate::inference::{Api, Backoff, Failed, InferenceClient, Limits, Outcome, R
 use crate::phase::cursor::Line;
 use crate::phase::feasibility::vouch::{self, Vouch, Watch};
 use crate::phase::files::{Entry, Existing, FileState};
+use crate::phase::gate::Gate;
 use crate::phase::pipeline::{self, Files, PassEnd, PassPlan, Processor, RecordPhase};
 use crate::phase::state::{InputState, PassCounts, PhaseState};
 use crate::phase::{Ended, RunContext};
@@ -62,10 +63,20 @@ struct Setup {
 struct Generation {
     spec: GenerationSpec,
     retry: bool,
-    /// The projection of the feasibility task that vouched for this run,
-    /// and a drift found at the last progress report, not yet recorded.
-    watch: Option<std::sync::Mutex<(Watch, Option<Value>)>>,
+    drift: std::sync::Mutex<DriftCheck>,
+    /// Held by a re-measurement; says when it was, and what it found.
+    gate: Arc<Gate>,
     started: std::time::Instant,
+}
+
+/// The run held against a projection: the feasibility task's, or the last
+/// re-measurement's.
+struct DriftCheck {
+    watch: Option<Watch>,
+    /// A drift found at the last progress report, not yet recorded.
+    found: Option<Value>,
+    /// The gate's holds the check has started afresh after.
+    holds_seen: u64,
 }
 
 /// A prompt line's outcome, with the prompt (a failure keeps its input).
@@ -187,25 +198,44 @@ impl RecordPhase for Generation {
             "done": stats.records, "failed": stats.failed, "rejected": stats.rejected,
             "total": total, "tokens": stats.tokens,
         });
-        if let Some(watch) = &self.watch {
-            let mut watch = watch.lock().unwrap_or_else(|p| p.into_inner());
+        let mut check = self.drift.lock().unwrap_or_else(|p| p.into_inner());
+        if self.gate.is_held() {
+            // Held minutes are not a drift: no look until the hold ends.
+            progress["remeasuring"] = json!(true);
+            return progress;
+        }
+        let holds = self.gate.holds_ended();
+        if holds != check.holds_seen {
+            check.holds_seen = holds;
+            // The rate before a hold and after it is not one window; after a
+            // re-measurement the run is held against what it found.
+            let fresh = self.gate.take_rebase();
+            check.watch = fresh
+                .or_else(|| check.watch.as_ref().map(|w| w.vouch().clone()))
+                .map(Watch::new);
+        }
+        if let Some(watch) = &mut check.watch {
             let answered = stats.records + stats.failed;
             let left = total.saturating_sub(answered);
             let now = self.started.elapsed().as_secs_f64();
-            let look = watch.0.look(now, answered, stats.tokens, left);
+            let look = watch.look(now, answered, stats.tokens, left);
             if let (Value::Object(map), Value::Object(extra)) = (&mut progress, look.progress) {
                 map.extend(extra);
             }
             if look.drift.is_some() {
-                watch.1 = look.drift;
+                check.found = look.drift;
             }
         }
         progress
     }
 
     fn notice(&self, _progress: &Value) -> Option<(&'static str, Value)> {
-        let watch = self.watch.as_ref()?;
-        let drift = watch.lock().unwrap_or_else(|p| p.into_inner()).1.take()?;
+        let drift = self
+            .drift
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .found
+            .take()?;
         Some(("drift", drift))
     }
 }
@@ -445,11 +475,18 @@ async fn run_inner(run: &RunContext, spec: GenerationSpec) -> Result<Ended, Stri
     // The projection holds for the level it was made at.
     let watch = held
         .filter(|h| h.vouch.concurrency == concurrency)
-        .map(|h| std::sync::Mutex::new((Watch::new(h.vouch.clone()), None)));
+        .map(|h| Watch::new(h.vouch.clone()));
+    let registration = run.gates.open(run.task, concurrency);
+    let gate = registration.gate();
     let phase = Arc::new(Generation {
         retry: setup.retry_input.is_some(),
         spec: spec.clone(),
-        watch,
+        drift: std::sync::Mutex::new(DriftCheck {
+            watch,
+            found: None,
+            holds_seen: gate.holds_ended(),
+        }),
+        gate: gate.clone(),
         started: std::time::Instant::now(),
     });
     let plan = PassPlan {
@@ -472,8 +509,10 @@ async fn run_inner(run: &RunContext, spec: GenerationSpec) -> Result<Ended, Stri
         spec.stream,
     ));
     let process = Arc::new(move |prompt: prompts::Prompt| {
-        let (client, template) = (client.clone(), template.clone());
+        let (client, template, gate) = (client.clone(), template.clone(), gate.clone());
         Box::pin(async move {
+            // Waits while a re-measurement holds the run.
+            let _pass = gate.pass().await;
             let result = client.complete_with(&template, prompt.input.get()).await;
             Answer { prompt, result }
         }) as pipeline::BoxFuture<Answer>
@@ -490,7 +529,10 @@ async fn run_inner(run: &RunContext, spec: GenerationSpec) -> Result<Ended, Stri
     )
     .await?
     {
-        PassEnd::Complete(state, _) => Ok(verdict(&spec, *state, held)),
+        PassEnd::Complete(state, _) => {
+            drop(registration);
+            Ok(verdict(&spec, *state, held))
+        }
         PassEnd::Stopped => Ok(Ended::Stopped),
     }
 }

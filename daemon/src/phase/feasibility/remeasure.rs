@@ -1,0 +1,251 @@
+//! A re-measurement during a generation (the `remeasure` schedule action):
+//! the feasibility check run again at the level the generation sends at, so
+//! that a run of days learns when the server itself changed.
+//!
+//! The run is held for it through its gate: the requests out finish, no new
+//! one starts, the level is measured on a server that serves only the
+//! measurement (as the feasibility sweep measured it), and the run goes on.
+//! Measuring beside a running generation would measure a server at twice
+//! the load, and compare with nothing. What it finds (figures against the
+//! sweep's at the same level, and a projection of the records left) is the
+//! firing's event, and the run's drift check is held against it from then
+//! on. A daemon killed in the middle records nothing: the slot is still due
+//! and fires again when it starts.
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use super::stats::{self, Level};
+use super::vouch::{self, Vouch};
+use super::{measure, FeasibilitySpec, DEFAULT_SEED};
+use crate::domain::{Status, TaskId};
+use crate::inference::{Backoff, InferenceClient, Limits, RequestTemplate};
+use crate::phase::gate::Gates;
+use crate::phase::generation::GenerationSpec;
+use crate::store::Store;
+
+/// How much longer than a request's deadline the drain may take.
+const DRAIN_SLACK: Duration = Duration::from_secs(30);
+
+/// Re-measures for generation `task`; the outcome for the firing's event.
+pub async fn remeasure(store: &Store, gates: &Gates, task: TaskId) -> Value {
+    match inner(store, gates, task).await {
+        Ok(outcome) => outcome,
+        Err(error) => json!({ "error": error }),
+    }
+}
+
+async fn inner(store: &Store, gates: &Gates, task: TaskId) -> Result<Value, String> {
+    let generation = store
+        .get_task(task)
+        .await
+        .map_err(|e| format!("cannot read task {task}: {e}"))?;
+    if generation.status != Status::InProgress {
+        return Ok(json!({
+            "skipped": format!(
+                "generation {task} is {}, not running: there is no run to measure for",
+                generation.status
+            )
+        }));
+    }
+    let Some(gate) = gates.get(task) else {
+        return Ok(json!({
+            "skipped": format!("generation {task} is starting or stopping; the next firing measures")
+        }));
+    };
+    let Some(vouch) = vouch::of(store, task).await? else {
+        return Err(format!(
+            "no completed feasibility task vouches for generation {task}: add one as its \
+             dependency, there is nothing to measure against"
+        ));
+    };
+    let feasibility = store
+        .get_task(vouch.task)
+        .await
+        .map_err(|e| format!("cannot read feasibility task {}: {e}", vouch.task))?;
+    let spec =
+        FeasibilitySpec::parse(feasibility.spec.as_deref().unwrap_or("{}")).map_err(|e| {
+            format!(
+                "the spec of feasibility task {} is not valid: {e}",
+                vouch.task
+            )
+        })?;
+    let shape = GenerationSpec::parse(generation.spec.as_deref().unwrap_or("{}"))
+        .map_err(|e| format!("the spec of generation {task} is not valid: {e}"))?;
+    let seed = spec.seed.unwrap_or(DEFAULT_SEED);
+    let (sample, _) = measure::sample_prompts(&shape, spec.sample_size, seed)?;
+    let client = Arc::new(InferenceClient::new(
+        &shape.endpoints,
+        shape.api_key_env.as_deref(),
+        Limits {
+            deadline: Duration::from_secs(spec.request_deadline_seconds),
+            idle_timeout: Duration::from_secs(shape.stream_idle_seconds),
+            // As in the sweep: a failure is counted, not retried.
+            backoff: Backoff {
+                max_attempts: 1,
+                ..Backoff::default()
+            },
+            ..Limits::default()
+        },
+    )?);
+    let mut params = shape.params.clone();
+    if let Some(max) = shape.max_tokens {
+        params.insert("max_tokens".into(), json!(max));
+    }
+    let template = Arc::new(RequestTemplate::new(
+        shape.api,
+        &shape.model,
+        &params,
+        shape.stream,
+    ));
+    let c = gate.concurrency();
+    let window = measure::Window {
+        min_requests: spec.min_requests,
+        min_seconds: spec.min_seconds,
+        max_seconds: spec.max_seconds,
+    };
+
+    let drain = Duration::from_secs(shape.request_deadline_seconds) + DRAIN_SLACK;
+    let holding = Instant::now();
+    let Some(hold) = gate.hold(drain).await else {
+        return Err(format!(
+            "the run's requests did not finish within {} s; it was not held, and is not \
+             measured",
+            drain.as_secs()
+        ));
+    };
+    let drained = holding.elapsed().as_secs_f64();
+    let level = measure::level(
+        &shape,
+        client,
+        template,
+        Arc::new(sample),
+        c,
+        window,
+        spec.request_deadline_seconds,
+    )
+    .await;
+    // The run's last report, from while it was held: what is left now.
+    let left = match store.get_task(task).await {
+        Ok(now) => left_of(&now.progress),
+        Err(_) => left_of(&generation.progress),
+    };
+    let projection = stats::project(&level, left, &spec.price, seed);
+    if let Some(projection) = &projection {
+        hold.rebase(Vouch {
+            task: vouch.task,
+            concurrency: c,
+            projection: projection.clone(),
+            drift_after_seconds: vouch.drift_after_seconds,
+        });
+    }
+    let held = holding.elapsed().as_secs_f64();
+    drop(hold);
+    Ok(outcome(
+        &vouch,
+        feasibility.result.as_deref(),
+        &level,
+        projection.as_ref(),
+        left,
+        &spec,
+        (drained, held),
+    ))
+}
+
+/// Records the run has still to answer, by its last progress report.
+fn left_of(progress: &Option<String>) -> u64 {
+    let p: Value = progress
+        .as_deref()
+        .and_then(|p| serde_json::from_str(p).ok())
+        .unwrap_or_default();
+    let n = |k: &str| p[k].as_u64().unwrap_or(0);
+    n("total").saturating_sub(n("done") + n("failed"))
+}
+
+fn outcome(
+    vouch: &Vouch,
+    sweep: Option<&str>,
+    level: &Level,
+    projection: Option<&stats::Projection>,
+    left: u64,
+    spec: &FeasibilitySpec,
+    (drained, held): (f64, f64),
+) -> Value {
+    let now = level.figures();
+    let then: Option<Value> = sweep
+        .and_then(|r| serde_json::from_str::<Value>(r).ok())
+        .and_then(|r| {
+            r["levels"]
+                .as_array()?
+                .iter()
+                .find(|l| l["concurrency"].as_u64() == Some(level.concurrency as u64))
+                .cloned()
+        });
+    let compare = |key: &str, value: f64| {
+        let before = then.as_ref().and_then(|t| t[key].as_f64());
+        json!({
+            "now": value,
+            "feasibility": before,
+            "ratio": before.filter(|b| *b > 0.0).map(|b| value / b),
+        })
+    };
+    let mut out = json!({
+        "feasibility": vouch.task.to_string(),
+        "concurrency": level.concurrency,
+        "held_seconds": held,
+        "drain_seconds": drained,
+        "requests": now.requests,
+        "error_rate": now.error_rate,
+        "output_tokens_per_second": compare("output_tokens_per_second", now.output_tokens_per_second),
+        "requests_per_second": compare("requests_per_second", now.requests_per_second),
+        "p99_seconds": now.e2e_seconds.map(|s| s.p99),
+        "left": left,
+    });
+    let mut notes = Vec::new();
+    if now.error_rate > spec.max_error_rate {
+        notes.push(format!(
+            "{:.1}% of the measurement's requests failed, over the feasibility limit of {:.1}%",
+            now.error_rate * 100.0,
+            spec.max_error_rate * 100.0
+        ));
+    }
+    match projection {
+        Some(p) => {
+            out["projection"] = serde_json::to_value(p).unwrap_or_default();
+            out["message"] = json!(format!(
+                "at concurrency {}: {:.0} output tokens/s{}; the {left} records left are \
+                 projected at {:.2} h ({:.2}-{:.2})",
+                level.concurrency,
+                now.output_tokens_per_second,
+                match out["output_tokens_per_second"]["ratio"].as_f64() {
+                    Some(r) => format!(" ({:.0}% of the feasibility sweep's)", r * 100.0),
+                    None => String::new(),
+                },
+                p.hours.value,
+                p.hours.low,
+                p.hours.high
+            ));
+        }
+        None => notes.push(format!(
+            "no request of the measurement at concurrency {} succeeded; nothing to project from",
+            level.concurrency
+        )),
+    }
+    out["notes"] = json!(notes);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_records_left_come_from_the_last_progress() {
+        let p = Some(r#"{"done": 70, "failed": 5, "total": 100}"#.to_string());
+        assert_eq!(left_of(&p), 25);
+        assert_eq!(left_of(&None), 0);
+        let over = Some(r#"{"done": 120, "total": 100}"#.to_string());
+        assert_eq!(left_of(&over), 0);
+    }
+}
