@@ -381,10 +381,14 @@ fn generation(v: &Value) -> String {
     if p.is_object() {
         let _ = writeln!(
             out,
-            "  projected   {} (feasibility {}); actual {}{}",
+            "  projected   {} (feasibility {}); actual {}{}{}",
             span(&p["projected_hours"], hours),
             p["feasibility"].as_str().unwrap_or("-"),
             hours(f(&p["actual_hours"]).unwrap_or(0.0)),
+            match f(&p["held_for_remeasures_hours"]) {
+                Some(h) if h > 0.0 => format!(" of which {} held for re-measurements", hours(h)),
+                _ => String::new(),
+            },
             if p["inside_interval"] == Value::Bool(true) {
                 ", inside the interval"
             } else {

@@ -186,6 +186,22 @@ impl Store {
         .await
     }
 
+    /// Milliseconds re-measurements held the runs of task `id` since
+    /// `since_ms`, by their recorded firings.
+    pub async fn remeasure_held_ms(&self, id: TaskId, since_ms: i64) -> Result<i64, Error> {
+        self.read(|db| {
+            db.query_row(
+                "SELECT CAST(ROUND(COALESCE(SUM(json_extract(new_value, '$.held_seconds')), 0) \
+                 * 1000) AS INTEGER) FROM events WHERE task_id = ? AND type = 'schedule_fired' \
+                 AND at >= ? AND json_extract(new_value, '$.action') = 'remeasure'",
+                &[id.0.into(), since_ms.into()],
+                |row| row.int(0),
+            )
+            .map(Option::unwrap_or_default)
+        })
+        .await
+    }
+
     /// The earliest slot of any live task's schedule.
     pub async fn next_schedule_slot(&self) -> Result<Option<i64>, Error> {
         self.read(|db| {

@@ -204,14 +204,18 @@ impl Watch {
 }
 
 /// The projected against the actual wall time, for the generation's result.
-pub fn outcome(vouch: &Vouch, actual_hours: f64) -> Value {
+/// The hours re-measurements held the run are the run's wall time but not
+/// what was projected: the comparison leaves them out, and says so.
+pub fn outcome(vouch: &Vouch, actual_hours: f64, remeasured_hours: f64) -> Value {
     let h = &vouch.projection.hours;
+    let compared = (actual_hours - remeasured_hours).max(0.0);
     json!({
         "feasibility": vouch.task.to_string(),
         "projected_hours": h,
         "actual_hours": actual_hours,
-        "inside_interval": actual_hours >= h.low && actual_hours <= h.high,
-        "error": if h.value > 0.0 { actual_hours / h.value - 1.0 } else { 0.0 },
+        "held_for_remeasures_hours": remeasured_hours,
+        "inside_interval": compared >= h.low && compared <= h.high,
+        "error": if h.value > 0.0 { compared / h.value - 1.0 } else { 0.0 },
     })
 }
 

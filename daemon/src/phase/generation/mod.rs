@@ -266,6 +266,21 @@ struct Record<'a> {
 struct Held {
     vouch: Vouch,
     started_at_ms: i64,
+    /// How long re-measurements held the run since it started (read from
+    /// their events before a verdict): time the projection did not cover.
+    remeasured_ms: i64,
+}
+
+/// Reads how long re-measurements held the run, for the verdict.
+async fn count_holds(run: &RunContext, held: &mut Option<Held>) {
+    if let Some(h) = held {
+        match run.store.remeasure_held_ms(run.task, h.started_at_ms).await {
+            Ok(ms) => h.remeasured_ms = ms,
+            Err(e) => {
+                tracing::warn!(task = %run.task, error = %e, "cannot read the re-measurements' holds")
+            }
+        }
+    }
 }
 
 /// The result a completed (or failed) generation reports.
@@ -278,7 +293,8 @@ fn result(spec: &GenerationSpec, stats: &Stats, state: &PhaseState, held: Option
     });
     if let Some(held) = held {
         let hours = (crate::store::now_ms() - held.started_at_ms).max(0) as f64 / 3.6e6;
-        result["projection"] = vouch::outcome(&held.vouch, hours);
+        let remeasured = held.remeasured_ms.max(0) as f64 / 3.6e6;
+        result["projection"] = vouch::outcome(&held.vouch, hours, remeasured);
     }
     result.to_string()
 }
@@ -434,11 +450,11 @@ async fn run_inner(run: &RunContext, spec: GenerationSpec) -> Result<Ended, Stri
         .map_err(|e| format!("cannot read the task: {e}"))?
         .started_at
         .unwrap_or_else(crate::store::now_ms);
-    let held = vouched.map(|vouch| Held {
+    let mut held = vouched.map(|vouch| Held {
         vouch,
         started_at_ms,
+        remeasured_ms: 0,
     });
-    let held = held.as_ref();
     let mut state = match PhaseState::load(&run.store, run.task).await? {
         Some(state) => state,
         None => match legacy::convert(run, &spec).await? {
@@ -452,7 +468,8 @@ async fn run_inner(run: &RunContext, spec: GenerationSpec) -> Result<Ended, Stri
         if stats.failed == 0 {
             // Nothing left to send: the verdict stands (its limits may have
             // changed since, so it is given again).
-            return Ok(verdict(&spec, state, held));
+            count_holds(run, &mut held).await;
+            return Ok(verdict(&spec, state, held.as_ref()));
         }
         match begin_retry(run, &spec, state).await? {
             Some(next) => state = next,
@@ -460,7 +477,8 @@ async fn run_inner(run: &RunContext, spec: GenerationSpec) -> Result<Ended, Stri
         }
     }
     if state.complete {
-        return Ok(verdict(&spec, state, held));
+        count_holds(run, &mut held).await;
+        return Ok(verdict(&spec, state, held.as_ref()));
     }
     let setup: Setup = serde_json::from_value(state.setup.clone()).unwrap_or_default();
     let input = match &setup.retry_input {
@@ -474,6 +492,7 @@ async fn run_inner(run: &RunContext, spec: GenerationSpec) -> Result<Ended, Stri
     };
     // The projection holds for the level it was made at.
     let watch = held
+        .as_ref()
         .filter(|h| h.vouch.concurrency == concurrency)
         .map(|h| Watch::new(h.vouch.clone()));
     let registration = run.gates.open(run.task, concurrency);
@@ -531,7 +550,8 @@ async fn run_inner(run: &RunContext, spec: GenerationSpec) -> Result<Ended, Stri
     {
         PassEnd::Complete(state, _) => {
             drop(registration);
-            Ok(verdict(&spec, *state, held))
+            count_holds(run, &mut held).await;
+            Ok(verdict(&spec, *state, held.as_ref()))
         }
         PassEnd::Stopped => Ok(Ended::Stopped),
     }
