@@ -553,5 +553,11 @@ async fn a_remeasure_holds_the_run_and_the_drift_check_follows_the_server_it_fou
         (held - fired_held).abs() < 0.01,
         "{projection} against {fired}"
     );
+    // And the progress a reader's ETA is made from says it too.
+    let reported = last["held_for_remeasures_seconds"].as_f64().unwrap();
+    assert!(
+        (reported - fired_held).abs() < 0.5,
+        "{last} against {fired}"
+    );
     daemon.stop().await;
 }

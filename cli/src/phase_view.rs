@@ -127,7 +127,13 @@ pub fn pipeline(tasks: &[todod::proto::Task]) -> String {
                     (f(&h["value"]), f(&h["low"]), f(&h["high"]), elapsed)
                 {
                     if p.eta_seconds > 0 {
-                        let live = (e + p.eta_seconds as f64) / 3600.0;
+                        // Minutes re-measurements held the run were not
+                        // projected: they are left out of the comparison.
+                        let held = serde_json::from_str::<Value>(&p.detail_json)
+                            .ok()
+                            .and_then(|d| f(&d["held_for_remeasures_seconds"]))
+                            .unwrap_or(0.0);
+                        let live = ((e - held).max(0.0) + p.eta_seconds as f64) / 3600.0;
                         let verdict = if live > hi {
                             "slower than projected"
                         } else if live < lo {

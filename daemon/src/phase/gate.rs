@@ -26,6 +26,8 @@ pub struct Gate {
     held: AtomicBool,
     /// Counts the holds that ended: the drift check starts afresh after each.
     holds_ended: AtomicU64,
+    /// Milliseconds the run was held, over the holds that ended.
+    held_ms: AtomicU64,
     /// What a re-measurement found, for the rest of the run.
     rebase: Mutex<Option<Vouch>>,
 }
@@ -59,11 +61,14 @@ impl Registration {
 /// A run held: every permit taken. Dropping it lets the run go on.
 pub struct Hold {
     gate: Arc<Gate>,
+    since: std::time::Instant,
     _permits: OwnedSemaphorePermit,
 }
 
 impl Drop for Hold {
     fn drop(&mut self) {
+        let ms = self.since.elapsed().as_millis() as u64;
+        self.gate.held_ms.fetch_add(ms, Ordering::AcqRel);
         self.gate.held.store(false, Ordering::Release);
         self.gate.holds_ended.fetch_add(1, Ordering::AcqRel);
     }
@@ -86,6 +91,7 @@ impl Gates {
             size,
             held: AtomicBool::new(false),
             holds_ended: AtomicU64::new(0),
+            held_ms: AtomicU64::new(0),
             rebase: Mutex::new(None),
         });
         self.0
@@ -119,6 +125,7 @@ impl Gate {
     /// fair). `None` if they did not finish in time; the run goes on.
     pub async fn hold(self: &Arc<Self>, drain: Duration) -> Option<Hold> {
         self.held.store(true, Ordering::Release);
+        let since = std::time::Instant::now();
         let taken = tokio::time::timeout(drain, self.permits.clone().acquire_many_owned(self.size))
             .await
             .ok()
@@ -126,9 +133,12 @@ impl Gate {
         match taken {
             Some(permits) => Some(Hold {
                 gate: self.clone(),
+                since,
                 _permits: permits,
             }),
             None => {
+                let ms = since.elapsed().as_millis() as u64;
+                self.held_ms.fetch_add(ms, Ordering::AcqRel);
                 self.held.store(false, Ordering::Release);
                 self.holds_ended.fetch_add(1, Ordering::AcqRel);
                 None
@@ -143,6 +153,12 @@ impl Gate {
 
     pub fn is_held(&self) -> bool {
         self.held.load(Ordering::Acquire)
+    }
+
+    /// Milliseconds the run was held (or waited for a hold), over the holds
+    /// that ended.
+    pub fn held_ms(&self) -> u64 {
+        self.held_ms.load(Ordering::Acquire)
     }
 
     pub fn holds_ended(&self) -> u64 {

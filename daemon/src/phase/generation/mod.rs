@@ -66,6 +66,8 @@ struct Generation {
     drift: std::sync::Mutex<DriftCheck>,
     /// Held by a re-measurement; says when it was, and what it found.
     gate: Arc<Gate>,
+    /// How long re-measurements held earlier runs of the task.
+    held_before_ms: i64,
     started: std::time::Instant,
 }
 
@@ -198,6 +200,11 @@ impl RecordPhase for Generation {
             "done": stats.records, "failed": stats.failed, "rejected": stats.rejected,
             "total": total, "tokens": stats.tokens,
         });
+        let held_ms = self.held_before_ms.max(0) as u64 + self.gate.held_ms();
+        if held_ms > 0 {
+            // Wall time that no projection covers, for a reader's ETA.
+            progress["held_for_remeasures_seconds"] = json!(held_ms as f64 / 1000.0);
+        }
         let mut check = self.drift.lock().unwrap_or_else(|p| p.into_inner());
         if self.gate.is_held() {
             // Held minutes are not a drift: no look until the hold ends.
@@ -491,6 +498,7 @@ async fn run_inner(run: &RunContext, spec: GenerationSpec) -> Result<Ended, Stri
         None => spec.prompts.clone(),
     };
     // The projection holds for the level it was made at.
+    count_holds(run, &mut held).await;
     let watch = held
         .as_ref()
         .filter(|h| h.vouch.concurrency == concurrency)
@@ -506,6 +514,7 @@ async fn run_inner(run: &RunContext, spec: GenerationSpec) -> Result<Ended, Stri
             holds_seen: gate.holds_ended(),
         }),
         gate: gate.clone(),
+        held_before_ms: held.as_ref().map_or(0, |h| h.remeasured_ms),
         started: std::time::Instant::now(),
     });
     let plan = PassPlan {
