@@ -78,3 +78,40 @@ fn every_view_escapes_control_and_bidi_characters() {
     assert_safe("watch", &line);
     drop(watch);
 }
+
+/// Colour only where a person asked for it or looks at a terminal: piped
+/// output (as here) has none by default, `--color always` colours
+/// todoctl's own markers and never client text, `--json` never.
+#[test]
+fn colour_only_when_asked_and_never_around_client_text() {
+    let env = Env::start();
+    let plan = "colours";
+    let out = env.write(
+        plan,
+        &json!([
+            {"content": "Done", "status": "completed"},
+            {"content": format!("Broken {HOSTILE}"), "status": "in_progress"},
+        ]),
+    );
+    let broken = strings(&out["created"])[1].clone();
+    env.ok(&["fail", &broken, "--reason", "it broke"]);
+    let plain = env.ok(&["list", "-p", plan]);
+    assert!(!plain.contains('\u{1b}'), "{plain:?}");
+    let coloured = env.ok(&["--color", "always", "list", "-p", plan]);
+    assert!(coloured.contains("\u{1b}[32m[x]\u{1b}[0m"), "{coloured:?}");
+    assert!(
+        coloured.contains("\u{1b}[1;31m[!]\u{1b}[0m"),
+        "{coloured:?}"
+    );
+    // The only escapes are the colours' own: the hostile content is still
+    // shown escaped.
+    let stripped = coloured
+        .replace("\u{1b}[32m", "")
+        .replace("\u{1b}[1;31m", "")
+        .replace("\u{1b}[0m", "");
+    assert_safe("list --color always", &stripped);
+    let status = env.ok(&["--color", "never", "status", plan]);
+    assert!(!status.contains('\u{1b}'), "{status:?}");
+    let json = env.ok(&["--color", "always", "--json", "list", "-p", plan]);
+    assert!(!json.contains("\u{1b}[3"), "{json:?}");
+}

@@ -287,6 +287,13 @@ fn failed_and_cancelled_dependencies_block_by_failure() {
         )),
         "{status}"
     );
+    // Which task failed, not only how many.
+    assert!(
+        status.contains(&format!("\n  failed:\n    [!] {compile}  Compile")),
+        "{status}"
+    );
+    let summary = env.json(&["status", plan]);
+    assert_eq!(ids(&summary["failed"]), [compile.as_str()]);
     let listed = env.json(&["list", "-p", plan, "--blocked"]);
     assert_eq!(ids(&listed["tasks"]), [test.as_str(), deploy.as_str()]);
     assert_eq!(

@@ -61,6 +61,17 @@ pub struct GlobalOpts {
         default_value = "todoctl"
     )]
     pub client_name: String,
+    /// Colour: auto (only on a terminal, and not under NO_COLOR), always or
+    /// never
+    #[arg(
+        long,
+        global = true,
+        help_heading = "Global options",
+        env = "TODOCTL_COLOR",
+        value_parser = ["auto", "always", "never"],
+        default_value = "auto"
+    )]
+    pub color: String,
 }
 
 /// `--plan/-p`, shared by every command that works on one plan.
@@ -89,6 +100,11 @@ pub enum Command {
         /// How many tasks to show in each of in progress / ready / blocked
         #[arg(long, default_value_t = 5)]
         limit: i32,
+        /// Keep the screen live until every task of the plan has ended
+        /// (redrawn in place on a terminal; a line per event when piped);
+        /// exit code as `wait`'s
+        #[arg(long, short = 'w')]
+        watch: bool,
     },
     /// List the tasks of a plan (all pages)
     List(ListArgs),

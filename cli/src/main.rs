@@ -23,6 +23,7 @@ mod json;
 mod phase_view;
 mod render;
 mod safe;
+mod style;
 mod todo_input;
 
 use std::process::ExitCode;
@@ -33,6 +34,11 @@ use crate::error::{classify, Exit, ReportCtx};
 
 fn main() -> ExitCode {
     let cli = cli::Cli::parse();
+    style::init(if cli.global.json {
+        "never"
+    } else {
+        &cli.global.color
+    });
     let addr = cli.global.addr.clone();
     let token_set = cli
         .global

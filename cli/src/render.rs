@@ -10,14 +10,18 @@ use crate::cli::STATUSES;
 pub const BAR_WIDTH: usize = 10;
 
 /// `[x]` completed, `[~]` in progress, `[ ]` pending, `[!]` failed, `[-]` cancelled.
-pub fn marker(status: &str) -> &'static str {
-    match status {
+pub fn marker(status: &str) -> std::borrow::Cow<'static, str> {
+    let text = match status {
         "completed" => "[x]",
         "in_progress" => "[~]",
         "pending" => "[ ]",
         "failed" => "[!]",
         "cancelled" => "[-]",
         _ => "[?]",
+    };
+    match crate::style::of_status(status) {
+        Some(style) => crate::style::paint(text, style),
+        None => std::borrow::Cow::Borrowed(text),
     }
 }
 
@@ -45,7 +49,8 @@ pub fn progress_text(p: &Progress) -> Option<String> {
         parts.push(format!("{} done", p.done));
     }
     if p.failed > 0 {
-        parts.push(format!("{} failed", p.failed));
+        let failed = format!("{} failed", p.failed);
+        parts.push(crate::style::paint(&failed, crate::style::Style::Warning).into_owned());
     }
     if p.tokens > 0 {
         parts.push(format!("{} tokens", p.tokens));
@@ -264,6 +269,31 @@ pub fn blocked_line(t: &Task) -> String {
             one_line(&t.content)
         )
     }
+}
+
+/// The failed tasks of a plan, each with why (the first line of its error):
+/// `status` says what failed, not only how many.
+pub fn failed_section(failed: &[Task], count: i64) -> String {
+    let mut out = String::new();
+    if failed.is_empty() {
+        return out;
+    }
+    out.push_str("  failed:\n");
+    for t in failed {
+        let _ = writeln!(
+            out,
+            "    {} {}  {}",
+            marker(&t.status),
+            t.id,
+            one_line(&t.content)
+        );
+        let why = t.error.lines().next().unwrap_or("").trim();
+        if !why.is_empty() {
+            let _ = writeln!(out, "        {}", one_line(why));
+        }
+    }
+    more(&mut out, count, failed.len());
+    out
 }
 
 fn more(out: &mut String, count: i64, shown: usize) {

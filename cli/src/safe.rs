@@ -23,8 +23,16 @@ fn is_format(c: char) -> bool {
     )
 }
 
+/// todoctl's own colour marks (see `style`): escaped in client fields, kept
+/// by the last guard, which then makes them colours.
+fn is_colour_mark(c: char) -> bool {
+    c == crate::style::OPEN || c == crate::style::CLOSE
+}
+
 fn unsafe_char(c: char, keep_newlines: bool) -> bool {
-    (c.is_control() && !(keep_newlines && c == '\n')) || is_format(c)
+    (c.is_control() && !(keep_newlines && c == '\n'))
+        || is_format(c)
+        || (!keep_newlines && is_colour_mark(c))
 }
 
 fn escape_with(s: &str, keep_newlines: bool) -> Cow<'_, str> {
@@ -55,6 +63,12 @@ pub fn escape(s: &str) -> Cow<'_, str> {
 /// the terminal's control sequences.
 pub fn escape_keep_newlines(s: &str) -> Cow<'_, str> {
     escape_with(s, true)
+}
+
+/// What todoctl writes to stdout as text: every control escaped, then its
+/// own colour marks made colours.
+pub fn for_terminal(s: &str) -> String {
+    crate::style::to_ansi(&escape_keep_newlines(s)).into_owned()
 }
 
 #[cfg(test)]

@@ -103,6 +103,7 @@ pub fn todoctl_at(addr: &str, token: Option<&str>) -> Command {
         "TODOD_ADDR",
         "TODOD_STATE_DIR",
         "XDG_STATE_HOME",
+        "TODOCTL_COLOR",
     ] {
         cmd.env_remove(var);
     }

@@ -1,5 +1,6 @@
 //! One function per command. Local input (stdin, --spec) is checked before the
 //! daemon is dialled, so invalid input never reaches the server.
+mod live;
 mod plans;
 mod tasks;
 mod wait;
@@ -29,7 +30,7 @@ impl Ctx {
 /// Writes text to stdout; a closed pipe surfaces as an io error that `main`
 /// ignores. Control characters that reached the text are shown escaped.
 pub fn emit(text: &str) -> Result<()> {
-    let text = crate::safe::escape_keep_newlines(text);
+    let text = crate::safe::for_terminal(text);
     let mut out = std::io::stdout().lock();
     out.write_all(text.as_bytes())?;
     if !text.ends_with('\n') {
@@ -74,7 +75,15 @@ pub async fn run(cli: Cli) -> Result<()> {
             plan,
             plan_flag,
             limit,
-        } => plans::status(&ctx, plan.or(plan_flag), limit).await,
+            watch,
+        } => match (plan.or(plan_flag), watch) {
+            (Some(plan), true) => live::live(&ctx, plan, limit.max(1)).await,
+            (None, true) => Err(crate::error::CliError::usage(
+                "--watch follows one plan: name it (todoctl status PLAN --watch)",
+            )
+            .into()),
+            (plan, false) => plans::status(&ctx, plan, limit).await,
+        },
         Command::List(args) => tasks::list(&ctx, args).await,
         Command::Show { task, all_events } => tasks::show(&ctx, &task, all_events).await,
         Command::Add(args) => tasks::add(&ctx, args).await,

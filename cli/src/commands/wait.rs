@@ -40,7 +40,7 @@ fn stuck(tasks: &[Task]) -> std::collections::HashSet<String> {
 }
 
 /// How a wait for `watched` (all of them when empty) ended, if it has.
-fn outcome(tasks: &[Task], watched: &[String]) -> Option<Exit> {
+pub(super) fn outcome(tasks: &[Task], watched: &[String]) -> Option<Exit> {
     let stuck = stuck(tasks);
     let mine: Vec<&Task> = tasks
         .iter()

@@ -1,0 +1,187 @@
+//! `status PLAN --watch`: the plan's screen, redrawn in place on a terminal
+//! as its events arrive (and each second, for the times), until every task
+//! of the plan has ended; the exit code then says how, as `wait`'s does.
+//! Piped, it is the screen, a line per event, and the last screen: no
+//! cursor movement and no colour reach a file.
+use std::io::{IsTerminal, Write};
+use std::time::Duration;
+
+use anyhow::Result;
+use futures::StreamExt;
+use todod::proto::{ListTasksRequest, WatchPlanRequest};
+
+use super::{emit, Ctx};
+use crate::error::{CliError, Exit};
+use crate::render;
+
+/// At most this many redraws a second: a busy run commits often.
+const REDRAW_EVERY: Duration = Duration::from_millis(250);
+/// Redraws at least this often, for the elapsed times and ETAs.
+const TICK: Duration = Duration::from_secs(1);
+
+/// What a redraw writes: the cursor back to where the last screen began,
+/// that screen cleared, the new one.
+pub fn redraw(previous_lines: usize, screen: &str) -> String {
+    let mut out = String::new();
+    if previous_lines > 0 {
+        // Up to the first column of the line the last screen began on.
+        out.push_str(&format!("\x1b[{previous_lines}F"));
+    }
+    out.push_str("\x1b[J");
+    out.push_str(screen);
+    if !screen.ends_with('\n') {
+        out.push('\n');
+    }
+    out
+}
+
+/// The terminal's height, if stdout is one that says.
+fn rows() -> Option<usize> {
+    use std::os::fd::AsRawFd;
+    let mut size = libc::winsize {
+        ws_row: 0,
+        ws_col: 0,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
+    // SAFETY: TIOCGWINSZ fills the struct it is given, on a descriptor that
+    // stays open for the call.
+    let rc = unsafe { libc::ioctl(std::io::stdout().as_raw_fd(), libc::TIOCGWINSZ, &mut size) };
+    (rc == 0 && size.ws_row > 0).then_some(size.ws_row as usize)
+}
+
+/// A screen cut to `rows - 1` lines: the cursor cannot go back over lines
+/// that scrolled off the top.
+pub fn fit(screen: &str, rows: Option<usize>) -> String {
+    let Some(rows) = rows.filter(|r| *r >= 3) else {
+        return screen.to_string();
+    };
+    let lines: Vec<&str> = screen.lines().collect();
+    if lines.len() < rows {
+        return screen.to_string();
+    }
+    let keep = rows - 2;
+    let mut out = lines[..keep].join("\n");
+    out.push_str(&format!(
+        "\n  ... {} more lines (a taller terminal, or todoctl status)\n",
+        lines.len() - keep
+    ));
+    out
+}
+
+pub async fn live(ctx: &Ctx, plan: String, limit: i32) -> Result<()> {
+    let terminal = std::io::stdout().is_terminal();
+    // The stream replays the plan's history first: only what happens from
+    // now on is printed (the screen already shows where it stands).
+    let started = std::time::SystemTime::now();
+    let is_new = |at: &str| humantime::parse_rfc3339(at).is_ok_and(|t| t >= started);
+    let mut client = ctx.client().await?;
+    let mut events = client
+        .watch_plan(WatchPlanRequest {
+            plan: plan.clone(),
+            after_seq: 0,
+        })
+        .await?
+        .into_inner();
+    // The plan's revision when the screen was drawn: the stream replays the
+    // history first, which changes nothing on it.
+    let mut drawn_revision = -1;
+    let mut lines = 0;
+    let mut shown = String::new();
+    let mut last_draw = tokio::time::Instant::now() - REDRAW_EVERY;
+    let mut dirty = true;
+    let mut tick = tokio::time::interval(TICK);
+    loop {
+        if dirty && last_draw.elapsed() >= REDRAW_EVERY {
+            let page = client
+                .list_tasks(ListTasksRequest {
+                    plan: plan.clone(),
+                    view: "basic".into(),
+                    page_size: 10_000,
+                    ..Default::default()
+                })
+                .await?
+                .into_inner();
+            let ended = super::wait::outcome(&page.tasks, &[]);
+            let first = drawn_revision < 0;
+            drawn_revision = page.plan_revision;
+            if terminal || ended.is_some() || first {
+                let (screen, _) =
+                    super::plans::plan_screen(&mut client, plan.clone(), limit).await?;
+                let mut screen = crate::safe::for_terminal(screen.trim_end()) + "\n";
+                if terminal {
+                    screen = fit(&screen, rows());
+                }
+                // A tick that changed nothing on the screen writes nothing.
+                if screen != shown {
+                    let mut out = std::io::stdout().lock();
+                    let text = if terminal {
+                        redraw(lines, &screen)
+                    } else {
+                        screen.clone()
+                    };
+                    out.write_all(text.as_bytes())?;
+                    out.flush()?;
+                    lines = screen.lines().count();
+                    shown = screen;
+                }
+            }
+            last_draw = tokio::time::Instant::now();
+            dirty = false;
+            if let Some(exit) = ended {
+                return match exit {
+                    Exit::Ok => Ok(()),
+                    // The screen says how; the exit code alone says it too.
+                    other => Err(CliError::new(other, String::new()).into()),
+                };
+            }
+        }
+        let wait_redraw = last_draw + REDRAW_EVERY;
+        tokio::select! {
+            next = events.next() => match next {
+                Some(Ok(e)) => {
+                    if !terminal && is_new(&e.at) {
+                        emit(&render::event_line(&e, false))?;
+                    }
+                    // A change the screen does not show yet, or a run's
+                    // progress.
+                    if e.plan_revision > drawn_revision || e.r#type == "progress" {
+                        dirty = true;
+                    }
+                }
+                Some(Err(status)) => return Err(status.into()),
+                None => {
+                    return Err(CliError::new(
+                        Exit::Unreachable,
+                        "the daemon ended the event stream (shutting down?); watch again",
+                    )
+                    .into())
+                }
+            },
+            _ = tick.tick(), if terminal => dirty = true,
+            _ = tokio::time::sleep_until(wait_redraw), if dirty => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_redraw_goes_back_over_the_last_screen_and_clears_it() {
+        assert_eq!(redraw(0, "a\nb\n"), "\x1b[Ja\nb\n");
+        assert_eq!(redraw(2, "c"), "\x1b[2F\x1b[Jc\n");
+    }
+
+    #[test]
+    fn a_screen_taller_than_the_terminal_is_cut_to_fit() {
+        let screen = "1\n2\n3\n4\n5\n";
+        assert_eq!(fit(screen, None), screen);
+        assert_eq!(fit(screen, Some(10)), screen);
+        let cut = fit(screen, Some(4));
+        assert_eq!(cut.lines().count(), 3);
+        assert!(cut.starts_with("1\n2\n"), "{cut}");
+        assert!(cut.contains("3 more lines"), "{cut}");
+    }
+}
