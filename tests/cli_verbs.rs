@@ -115,6 +115,27 @@ fn completions_are_generated_for_bash_zsh_and_fish_without_a_daemon() {
 }
 
 #[test]
+fn the_manual_page_is_generated_without_a_daemon() {
+    let addr = format!(
+        "http://{}",
+        ClosedPort::new().url().trim_start_matches("http://")
+    );
+    let run = todod_e2e::cli::run_cmd(
+        {
+            let mut cmd = todod_e2e::cli::todoctl_at(&addr, None);
+            cmd.arg("man");
+            cmd
+        },
+        None,
+    );
+    assert_eq!(run.code, 0, "{run:#?}");
+    assert!(run.stdout.contains(".TH todoctl 1"), "not a manual page");
+    for verb in ["wait", "schedule", "status"] {
+        assert!(run.stdout.contains(verb), "the page names no {verb}");
+    }
+}
+
+#[test]
 fn edit_changes_what_it_is_told_and_fail_wants_a_reason() {
     let env = Env::start();
     env.ok(&["plan", "create", "e"]);

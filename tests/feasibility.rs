@@ -133,6 +133,14 @@ async fn the_knee_is_chosen_and_the_projection_holds_for_the_generation_that_fol
         r["choice"]["concurrency"], 4,
         "the knee of a 4-slot server: {r:#}"
     );
+    // Its last progress is where the sweep ended, not a level half done.
+    let levels = r["levels"].as_array().unwrap().len() as i64;
+    let last = measured.progress.as_ref().unwrap();
+    assert_eq!((last.done, last.total), (levels, levels), "{last:?}");
+    assert!(
+        last.detail_json.contains("\"stage\":\"decided\""),
+        "{last:?}"
+    );
     let levels: Vec<u64> = r["levels"]
         .as_array()
         .unwrap()

@@ -166,6 +166,8 @@ pub enum Command {
         /// bash, zsh, fish, elvish or powershell
         shell: clap_complete::Shell,
     },
+    /// Print the manual page (roff): `todoctl man | man -l -`
+    Man,
     /// Block until a task (or every task of a plan) has ended; the exit code says how
     ///
     /// 0 completed, 10 failed (or can no longer run: a dependency failed), 11 cancelled,

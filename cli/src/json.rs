@@ -1,15 +1,36 @@
-//! `--json` output: proto messages as JSON with the proto field names as keys.
+//! `--json` output: proto messages as JSON with the proto field names as keys,
+//! shaped for jq: a spec, a result and a progress detail are nested objects
+//! (`spec`, `result`, `progress.detail`), not JSON strings inside JSON;
+//! counts are a map by status; a time or text that is absent is null.
 //! prost types do not derive `Serialize`, so the mapping is spelled out here.
 use serde_json::{json, Value};
 use todod::proto::{Event, Plan, PlanSummary, Progress, Task, WriteTodosResponse};
 
+/// Empty text (proto3's absent) as null.
+fn text(s: &str) -> Value {
+    if s.is_empty() {
+        Value::Null
+    } else {
+        Value::String(s.to_string())
+    }
+}
+
+/// A JSON document held as text, nested; null when empty, the text itself
+/// when it is not JSON (it always is, from this daemon).
+fn nested(s: &str) -> Value {
+    if s.trim().is_empty() {
+        return Value::Null;
+    }
+    serde_json::from_str(s).unwrap_or_else(|_| Value::String(s.to_string()))
+}
+
 pub fn plan(p: &Plan) -> Value {
     json!({
         "name": p.name,
-        "title": p.title,
+        "title": text(&p.title),
         "revision": p.revision,
-        "created_at": p.created_at,
-        "updated_at": p.updated_at,
+        "created_at": text(&p.created_at),
+        "updated_at": text(&p.updated_at),
     })
 }
 
@@ -25,7 +46,9 @@ pub fn progress(p: &Progress) -> Value {
         "tokens": p.tokens,
         "rate_per_second": p.rate_per_second,
         "eta_seconds": p.eta_seconds,
-        "message": p.message,
+        "message": text(&p.message),
+        "rejected": p.rejected,
+        "detail": nested(&p.detail_json),
     })
 }
 
@@ -41,16 +64,16 @@ pub fn task(t: &Task) -> Value {
         "depends_on": t.depends_on,
         "readiness": t.readiness,
         "blocked_by": t.blocked_by,
-        "spec_json": t.spec_json,
+        "spec": nested(&t.spec_json),
         "progress": t.progress.as_ref().map_or(Value::Null, progress),
-        "result_json": t.result_json,
-        "error": t.error,
+        "result": nested(&t.result_json),
+        "error": text(&t.error),
         "revision": t.revision,
         "archived": t.archived,
-        "created_at": t.created_at,
-        "updated_at": t.updated_at,
-        "started_at": t.started_at,
-        "finished_at": t.finished_at,
+        "created_at": text(&t.created_at),
+        "updated_at": text(&t.updated_at),
+        "started_at": text(&t.started_at),
+        "finished_at": text(&t.finished_at),
     })
 }
 
@@ -61,7 +84,7 @@ pub fn tasks(ts: &[Task]) -> Value {
 pub fn summary(s: &PlanSummary) -> Value {
     json!({
         "plan": opt_plan(s.plan.as_ref()),
-        "counts": s.counts.iter().map(|c| json!({"status": c.status, "count": c.count})).collect::<Vec<_>>(),
+        "counts": s.counts.iter().map(|c| (c.status.clone(), json!(c.count))).collect::<serde_json::Map<_, _>>(),
         "ready_count": s.ready_count,
         "blocked_count": s.blocked_count,
         "blocked_by_failure_count": s.blocked_by_failure_count,
@@ -125,6 +148,35 @@ mod tests {
         assert_eq!(v["depends_on"], json!(["t0"]));
         assert_eq!(v["progress"], Value::Null);
         assert!(v.get("blocked_by").is_some() && v.get("finished_at").is_some());
+    }
+
+    #[test]
+    fn json_held_as_text_is_nested_and_absent_is_null() {
+        let t = Task {
+            id: "t1".into(),
+            spec_json: r#"{"model": "m"}"#.into(),
+            result_json: r#"{"records": 3}"#.into(),
+            progress: Some(Progress {
+                done: 3,
+                detail_json: r#"{"stage": "decided"}"#.into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let v = task(&t);
+        assert_eq!(v["spec"]["model"], "m");
+        assert_eq!(v["result"]["records"], 3);
+        assert_eq!(v["progress"]["detail"]["stage"], "decided");
+        assert_eq!(v["error"], Value::Null);
+        assert_eq!(v["started_at"], Value::Null);
+        let s = PlanSummary {
+            counts: vec![todod::proto::StatusCount {
+                status: "pending".into(),
+                count: 2,
+            }],
+            ..Default::default()
+        };
+        assert_eq!(summary(&s)["counts"]["pending"], 2);
     }
 
     #[test]

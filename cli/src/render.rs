@@ -76,6 +76,29 @@ pub fn duration(secs: i64) -> String {
     }
 }
 
+/// `2026-12-01 14:35:04Z (3m20s ago)`: the daemon's time to the second, and
+/// how long ago it was, in the one duration format; `in 5m` for a time to
+/// come. Text that is not a time is shown as it is.
+pub fn when(rfc3339: &str) -> String {
+    when_at(rfc3339, std::time::SystemTime::now())
+}
+
+pub fn when_at(rfc3339: &str, now: std::time::SystemTime) -> String {
+    let Ok(at) = humantime::parse_rfc3339_weak(rfc3339.trim().trim_end_matches('Z')) else {
+        return rfc3339.to_string();
+    };
+    let shown = humantime::format_rfc3339_seconds(at)
+        .to_string()
+        .replacen('T', " ", 1);
+    match now.duration_since(at) {
+        Ok(ago) => format!("{shown} ({} ago)", duration(ago.as_secs() as i64)),
+        Err(ahead) => format!(
+            "{shown} (in {})",
+            duration(ahead.duration().as_secs() as i64)
+        ),
+    }
+}
+
 /// One field on one line: trimmed, with newlines and every control or format
 /// character shown escaped (`\n`, `\u{1b}`), so one item stays one line and
 /// no client text can drive the terminal.
@@ -171,7 +194,7 @@ pub fn plan_summary(s: &PlanSummary) -> String {
         }
         let _ = write!(out, "  revision {}", p.revision);
         if !p.updated_at.is_empty() {
-            let _ = write!(out, ", updated {}", p.updated_at);
+            let _ = write!(out, ", updated {}", when(&p.updated_at));
         }
         out.push('\n');
     }
@@ -335,10 +358,17 @@ pub fn task_details(t: &Task, events: &[Event], all_events: bool) -> String {
     field("error", &t.error);
     field("revision", &t.revision.to_string());
     field("archived", if t.archived { "yes" } else { "" });
-    field("created", &t.created_at);
-    field("updated", &t.updated_at);
-    field("started", &t.started_at);
-    field("finished", &t.finished_at);
+    let time = |at: &str| {
+        if at.is_empty() {
+            String::new()
+        } else {
+            when(at)
+        }
+    };
+    field("created", &time(&t.created_at));
+    field("updated", &time(&t.updated_at));
+    field("started", &time(&t.started_at));
+    field("finished", &time(&t.finished_at));
     if let Some(s) = &t.schedule {
         field("schedule", &schedule_text(s));
     }
@@ -642,6 +672,16 @@ mod tests {
             lines[2],
             "[ ] t10  medium  blocked      do t10  (blocked by t2)"
         );
+    }
+
+    #[test]
+    fn times_say_how_long_ago_to_the_second() {
+        let at = "2026-12-01T14:35:04.441Z";
+        let now = humantime::parse_rfc3339("2026-12-01T14:38:24Z").unwrap();
+        assert_eq!(when_at(at, now), "2026-12-01 14:35:04Z (3m19s ago)");
+        let before = humantime::parse_rfc3339("2026-12-01T14:30:04Z").unwrap();
+        assert_eq!(when_at(at, before), "2026-12-01 14:35:04Z (in 5m00s)");
+        assert_eq!(when_at("not a time", now), "not a time");
     }
 
     #[test]

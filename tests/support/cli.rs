@@ -261,14 +261,9 @@ pub fn task<'a>(tasks: &'a Value, id: &str) -> &'a Value {
 }
 
 pub fn count(summary: &Value, status: &str) -> i64 {
-    summary["counts"]
-        .as_array()
-        .expect("counts")
-        .iter()
-        .find(|c| c["status"] == status)
-        .unwrap_or_else(|| panic!("no count for {status}"))["count"]
+    summary["counts"][status]
         .as_i64()
-        .expect("count")
+        .unwrap_or_else(|| panic!("no count for {status} in {}", summary["counts"]))
 }
 
 /// The lines a child prints, as they come, over a channel.

@@ -119,6 +119,12 @@ pub async fn run(cli: Cli) -> Result<()> {
             clap_complete::generate(shell, &mut command, "todoctl", &mut std::io::stdout());
             Ok(())
         }
+        Command::Man => {
+            use clap::CommandFactory;
+            let mut page = Vec::new();
+            clap_mangen::Man::new(Cli::command()).render(&mut page)?;
+            super::commands::emit_raw(&String::from_utf8_lossy(&page))
+        }
         Command::Wait {
             task,
             plan,

@@ -335,6 +335,25 @@ async fn run_inner(run: &RunContext, spec: FeasibilitySpec) -> Result<Ended, Str
     state.complete = true;
     state.set_stats(&sweep);
     let decided = decide(&spec, &shape, &sweep, records, usable, seed);
+    // The last report says where the sweep ended, not the level it was
+    // measuring before: a finished task's progress must not look unfinished.
+    let figures: Vec<Figures> = sweep.levels.iter().map(Level::figures).collect();
+    let note = json!({
+        "stage": "decided",
+        "message": format!(
+            "{} level(s) measured: {}",
+            sweep.levels.len(),
+            decided.result["verdict"].as_str().unwrap_or("-")
+        ),
+        "done": sweep.levels.len(),
+        "total": sweep.levels.len(),
+        "levels_done": sweep.levels.len(),
+        "levels_planned": planned.len(),
+        "levels": summary(&figures),
+    });
+    if !progress(run, note).await? {
+        return Ok(Ended::Stopped);
+    }
     if let Some(path) = &spec.report {
         let html = report::html(&decided.result);
         // A re-measurement replaces its own earlier report; the first one
