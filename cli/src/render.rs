@@ -353,7 +353,9 @@ pub fn task_details(t: &Task, events: &[Event], all_events: bool) -> String {
     field("depends on", &t.depends_on.join(", "));
     field("blocked by", &t.blocked_by.join(", "));
     if let Some(p) = t.progress.as_ref().and_then(progress_text) {
-        field("progress", &p);
+        // One field, escaped whole: without the colour marks, which it
+        // would show escaped.
+        field("progress", &crate::style::strip(&p));
     }
     field("error", &t.error);
     field("revision", &t.revision.to_string());

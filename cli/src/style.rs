@@ -77,6 +77,22 @@ pub fn paint(text: &str, style: Style) -> Cow<'_, str> {
     }
 }
 
+/// Text without its colour marks (for a view that escapes it whole).
+pub fn strip(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            OPEN => {
+                chars.next();
+            }
+            CLOSE => {}
+            c => out.push(c),
+        }
+    }
+    out
+}
+
 /// The colour marks of escaped output made SGR sequences (or dropped when
 /// a mark is malformed).
 pub fn to_ansi(text: &str) -> Cow<'_, str> {
@@ -129,6 +145,7 @@ mod tests {
         let failed = format!("{OPEN}c[!]{CLOSE}");
         assert_eq!(to_ansi(&failed), "\x1b[1;31m[!]\x1b[0m");
         assert_eq!(to_ansi("plain"), "plain");
+        assert_eq!(strip(&failed), "[!]");
     }
 
     #[test]

@@ -277,6 +277,7 @@ async fn fire(
         "next": firing.next_ms.map(crate::api::convert::time),
     });
     let mut reopen = false;
+    let mut next_ms = firing.next_ms;
     match schedule.action {
         // Whether it is still completed is the store's to say, in the
         // firing's own transaction.
@@ -290,11 +291,16 @@ async fn fire(
             if let (Value::Object(out), Value::Object(found)) = (&mut outcome, found) {
                 out.extend(found);
             }
+            // The next slot is the first after the measurement ended: a
+            // measurement longer than the schedule's interval must not be
+            // followed at once by another hold of the run.
+            next_ms = schedule.next_after(clock.now_ms());
+            outcome["next"] = json!(next_ms.map(crate::api::convert::time));
         }
     }
     tracing::info!(task = %due.task, action = schedule.action.as_str(), missed = firing.slots - 1, "schedule fired");
     store
-        .record_firing(due.task, due.next_fire_at, firing.next_ms, &outcome, reopen)
+        .record_firing(due.task, due.next_fire_at, next_ms, &outcome, reopen)
         .await
 }
 

@@ -35,8 +35,8 @@ pub fn redraw(previous_lines: usize, screen: &str) -> String {
     out
 }
 
-/// The terminal's height, if stdout is one that says.
-fn rows() -> Option<usize> {
+/// The terminal's height and width, if stdout is one that says.
+fn size() -> Option<(usize, usize)> {
     use std::os::fd::AsRawFd;
     let mut size = libc::winsize {
         ws_row: 0,
@@ -47,18 +47,34 @@ fn rows() -> Option<usize> {
     // SAFETY: TIOCGWINSZ fills the struct it is given, on a descriptor that
     // stays open for the call.
     let rc = unsafe { libc::ioctl(std::io::stdout().as_raw_fd(), libc::TIOCGWINSZ, &mut size) };
-    (rc == 0 && size.ws_row > 0).then_some(size.ws_row as usize)
+    (rc == 0 && size.ws_row > 0 && size.ws_col > 0)
+        .then_some((size.ws_row as usize, size.ws_col as usize))
 }
 
-/// A screen cut to `rows - 1` lines: the cursor cannot go back over lines
-/// that scrolled off the top.
-pub fn fit(screen: &str, rows: Option<usize>) -> String {
-    let Some(rows) = rows.filter(|r| *r >= 3) else {
+/// One line cut to `cols` characters (colour marks do not count; a cut
+/// line loses its colours rather than leave one open).
+fn cut(line: &str, cols: usize) -> String {
+    let plain = crate::style::strip(line);
+    if plain.chars().count() < cols {
+        return line.to_string();
+    }
+    plain
+        .chars()
+        .take(cols.saturating_sub(2))
+        .chain(['…'])
+        .collect()
+}
+
+/// A screen cut to the terminal: each line to its width (a wrapped line
+/// would take rows the redraw does not go back over) and the screen to
+/// `rows - 1` lines (nor can it go back over lines scrolled off the top).
+pub fn fit(screen: &str, size: Option<(usize, usize)>) -> String {
+    let Some((rows, cols)) = size.filter(|(r, c)| *r >= 3 && *c >= 8) else {
         return screen.to_string();
     };
-    let lines: Vec<&str> = screen.lines().collect();
+    let lines: Vec<String> = screen.lines().map(|l| cut(l, cols)).collect();
     if lines.len() < rows {
-        return screen.to_string();
+        return lines.join("\n") + "\n";
     }
     let keep = rows - 2;
     let mut out = lines[..keep].join("\n");
@@ -108,10 +124,11 @@ pub async fn live(ctx: &Ctx, plan: String, limit: i32) -> Result<()> {
             if terminal || ended.is_some() || first {
                 let (screen, _) =
                     super::plans::plan_screen(&mut client, plan.clone(), limit).await?;
-                let mut screen = crate::safe::for_terminal(screen.trim_end()) + "\n";
+                let mut screen = screen.trim_end().to_string() + "\n";
                 if terminal {
-                    screen = fit(&screen, rows());
+                    screen = fit(&screen, size());
                 }
+                let screen = crate::safe::for_terminal(&screen);
                 // A tick that changed nothing on the screen writes nothing.
                 if screen != shown {
                     let mut out = std::io::stdout().lock();
@@ -178,10 +195,13 @@ mod tests {
     fn a_screen_taller_than_the_terminal_is_cut_to_fit() {
         let screen = "1\n2\n3\n4\n5\n";
         assert_eq!(fit(screen, None), screen);
-        assert_eq!(fit(screen, Some(10)), screen);
-        let cut = fit(screen, Some(4));
+        assert_eq!(fit(screen, Some((10, 80))), screen);
+        let cut = fit(screen, Some((4, 80)));
         assert_eq!(cut.lines().count(), 3);
         assert!(cut.starts_with("1\n2\n"), "{cut}");
         assert!(cut.contains("3 more lines"), "{cut}");
+        // A line wider than the terminal would wrap: it is cut.
+        let wide = fit("short\nthis line is far too wide\n", Some((10, 10)));
+        assert_eq!(wide, "short\nthis lin…\n");
     }
 }

@@ -77,6 +77,11 @@ pub async fn run(cli: Cli) -> Result<()> {
             limit,
             watch,
         } => match (plan.or(plan_flag), watch) {
+            (Some(_), true) if ctx.json => Err(crate::error::CliError::usage(
+                "--watch draws a screen for people; for JSON follow `todoctl --json watch -p PLAN` \
+                 or end with `todoctl --json wait -p PLAN`",
+            )
+            .into()),
             (Some(plan), true) => live::live(&ctx, plan, limit.max(1)).await,
             (None, true) => Err(crate::error::CliError::usage(
                 "--watch follows one plan: name it (todoctl status PLAN --watch)",

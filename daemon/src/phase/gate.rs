@@ -30,6 +30,8 @@ pub struct Gate {
     held_ms: AtomicU64,
     /// What a re-measurement found, for the rest of the run.
     rebase: Mutex<Option<Vouch>>,
+    /// Woken when the run ends.
+    ended: tokio::sync::Notify,
 }
 
 /// Keeps a gate registered while its run lives.
@@ -41,6 +43,11 @@ pub struct Registration {
 
 impl Drop for Registration {
     fn drop(&mut self) {
+        // The run is over: a hold waiting for it, or measuring for it, must
+        // learn so (it would measure for a run that is not there, or beside
+        // the next run of the task).
+        self.gate.permits.close();
+        self.gate.ended.notify_waiters();
         let mut map = self.gates.0.lock().unwrap_or_else(|p| p.into_inner());
         // A newer run of the same task may have put its own gate there.
         if map
@@ -69,8 +76,10 @@ impl Drop for Hold {
     fn drop(&mut self) {
         let ms = self.since.elapsed().as_millis() as u64;
         self.gate.held_ms.fetch_add(ms, Ordering::AcqRel);
-        self.gate.held.store(false, Ordering::Release);
+        // Counted as ended before it stops being held: a progress report in
+        // between must not judge the held minutes as a drift.
         self.gate.holds_ended.fetch_add(1, Ordering::AcqRel);
+        self.gate.held.store(false, Ordering::Release);
     }
 }
 
@@ -93,6 +102,7 @@ impl Gates {
             holds_ended: AtomicU64::new(0),
             held_ms: AtomicU64::new(0),
             rebase: Mutex::new(None),
+            ended: tokio::sync::Notify::new(),
         });
         self.0
             .lock()
@@ -139,11 +149,25 @@ impl Gate {
             None => {
                 let ms = since.elapsed().as_millis() as u64;
                 self.held_ms.fetch_add(ms, Ordering::AcqRel);
-                self.held.store(false, Ordering::Release);
                 self.holds_ended.fetch_add(1, Ordering::AcqRel);
+                self.held.store(false, Ordering::Release);
                 None
             }
         }
+    }
+
+    /// Whether the run this gate is for has ended.
+    pub fn run_ended(&self) -> bool {
+        self.permits.is_closed()
+    }
+
+    /// Resolves when the run ends (at once if it has).
+    pub async fn until_run_ends(&self) {
+        let woken = self.ended.notified();
+        if self.run_ended() {
+            return;
+        }
+        woken.await;
     }
 
     /// The level the run sends at.
@@ -198,6 +222,12 @@ mod tests {
         assert!(gate.pass().await.is_some());
         drop(registration);
         assert!(gates.get(TaskId(1)).is_none());
+        // A hold asked for after the run ended does not wait for it.
+        assert!(gate.run_ended());
+        assert!(gate.hold(Duration::from_secs(5)).await.is_none());
+        tokio::time::timeout(Duration::from_secs(1), gate.until_run_ends())
+            .await
+            .expect("ended");
     }
 
     #[test]

@@ -106,17 +106,31 @@ async fn inner(store: &Store, gates: &Gates, task: TaskId) -> Result<Value, Stri
         max_seconds: spec.max_seconds,
     };
 
+    // Bounded by one request's deadline: a request out through its
+    // retries would stall the run (new requests queue behind the hold)
+    // for longer than a measurement is worth; the run then goes on.
     let drain = Duration::from_secs(shape.request_deadline_seconds) + DRAIN_SLACK;
     let holding = Instant::now();
     let Some(hold) = gate.hold(drain).await else {
-        return Err(format!(
-            "the run's requests did not finish within {} s; it was not held, and is not \
-             measured",
-            drain.as_secs()
-        ));
+        // The wait stalled the run: it is part of what the firing cost.
+        let waited = holding.elapsed().as_secs_f64();
+        if gate.run_ended() {
+            return Ok(json!({
+                "skipped": format!("the run of generation {task} ended before it could be held"),
+                "held_seconds": waited,
+            }));
+        }
+        return Ok(json!({
+            "error": format!(
+                "the run's requests did not finish within {} s; it was not held, and is not \
+                 measured",
+                drain.as_secs()
+            ),
+            "held_seconds": waited,
+        }));
     };
     let drained = holding.elapsed().as_secs_f64();
-    let level = measure::level(
+    let measured = measure::level(
         &shape,
         client,
         template,
@@ -124,8 +138,18 @@ async fn inner(store: &Store, gates: &Gates, task: TaskId) -> Result<Value, Stri
         c,
         window,
         spec.request_deadline_seconds,
-    )
-    .await;
+    );
+    let level = tokio::select! {
+        level = measured => level,
+        // Stopped, cancelled or paused meanwhile: a measurement for a run
+        // that is not there (or beside the task's next run) says nothing.
+        _ = gate.until_run_ends() => {
+            return Ok(json!({
+                "skipped": format!("the run of generation {task} ended during the measurement"),
+                "held_seconds": holding.elapsed().as_secs_f64(),
+            }));
+        }
+    };
     // The run's last report, from while it was held: what is left now.
     let left = match store.get_task(task).await {
         Ok(now) => left_of(&now.progress),
