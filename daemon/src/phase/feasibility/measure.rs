@@ -145,6 +145,28 @@ pub async fn warm_up(
     notes
 }
 
+/// The client a level measures with: `shape`'s endpoints and key, and a
+/// failure counted, not retried (a level measures the server as it is).
+pub fn level_client(
+    shape: &GenerationSpec,
+    request_deadline_seconds: u64,
+) -> Result<Arc<InferenceClient>, String> {
+    let limits = crate::inference::Limits {
+        deadline: Duration::from_secs(request_deadline_seconds),
+        idle_timeout: Duration::from_secs(shape.stream_idle_seconds),
+        backoff: crate::inference::Backoff {
+            max_attempts: 1,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    Ok(Arc::new(InferenceClient::new(
+        &shape.endpoints,
+        shape.api_key_env.as_deref(),
+        limits,
+    )?))
+}
+
 /// How a level's window is bounded.
 #[derive(Debug, Clone, Copy)]
 pub struct Window {

@@ -22,7 +22,6 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use crate::domain::{Kind, Status};
-use crate::inference::{Backoff, InferenceClient, Limits, RequestTemplate};
 use crate::phase::generation::GenerationSpec;
 use crate::phase::{Ended, PhaseState, RunContext};
 use crate::store::Error as StoreError;
@@ -250,32 +249,8 @@ async fn run_inner(run: &RunContext, spec: FeasibilitySpec) -> Result<Ended, Str
         }
     }
 
-    let limits = Limits {
-        deadline: Duration::from_secs(spec.request_deadline_seconds),
-        idle_timeout: Duration::from_secs(shape.stream_idle_seconds),
-        // A level measures the server as it is: a failure is counted, not
-        // retried.
-        backoff: Backoff {
-            max_attempts: 1,
-            ..Backoff::default()
-        },
-        ..Limits::default()
-    };
-    let client = Arc::new(InferenceClient::new(
-        &shape.endpoints,
-        shape.api_key_env.as_deref(),
-        limits,
-    )?);
-    let mut params = shape.params.clone();
-    if let Some(max) = shape.max_tokens {
-        params.insert("max_tokens".into(), json!(max));
-    }
-    let template = Arc::new(RequestTemplate::new(
-        shape.api,
-        &shape.model,
-        &params,
-        shape.stream,
-    ));
+    let client = measure::level_client(&shape, spec.request_deadline_seconds)?;
+    let template = Arc::new(shape.request_template());
     let window = measure::Window {
         min_requests: spec.min_requests,
         min_seconds: spec.min_seconds,

@@ -20,7 +20,6 @@ use super::stats::{self, Level};
 use super::vouch::{self, Vouch};
 use super::{measure, FeasibilitySpec, DEFAULT_SEED};
 use crate::domain::{Status, TaskId};
-use crate::inference::{Backoff, InferenceClient, Limits, RequestTemplate};
 use crate::phase::gate::Gates;
 use crate::phase::generation::GenerationSpec;
 use crate::store::Store;
@@ -75,30 +74,8 @@ async fn inner(store: &Store, gates: &Gates, task: TaskId) -> Result<Value, Stri
         .map_err(|e| format!("the spec of generation {task} is not valid: {e}"))?;
     let seed = spec.seed.unwrap_or(DEFAULT_SEED);
     let (sample, _) = measure::sample_prompts(&shape, spec.sample_size, seed)?;
-    let client = Arc::new(InferenceClient::new(
-        &shape.endpoints,
-        shape.api_key_env.as_deref(),
-        Limits {
-            deadline: Duration::from_secs(spec.request_deadline_seconds),
-            idle_timeout: Duration::from_secs(shape.stream_idle_seconds),
-            // As in the sweep: a failure is counted, not retried.
-            backoff: Backoff {
-                max_attempts: 1,
-                ..Backoff::default()
-            },
-            ..Limits::default()
-        },
-    )?);
-    let mut params = shape.params.clone();
-    if let Some(max) = shape.max_tokens {
-        params.insert("max_tokens".into(), json!(max));
-    }
-    let template = Arc::new(RequestTemplate::new(
-        shape.api,
-        &shape.model,
-        &params,
-        shape.stream,
-    ));
+    let client = measure::level_client(&shape, spec.request_deadline_seconds)?;
+    let template = Arc::new(shape.request_template());
     let c = gate.concurrency();
     let window = measure::Window {
         min_requests: spec.min_requests,

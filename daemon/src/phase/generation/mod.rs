@@ -19,7 +19,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-use crate::inference::{Api, Backoff, Failed, InferenceClient, Limits, Outcome, RequestTemplate};
+use crate::inference::{Api, Backoff, Failed, InferenceClient, Limits, Outcome};
 use crate::phase::cursor::Line;
 use crate::phase::feasibility::vouch::{self, Vouch, Watch};
 use crate::phase::files::{Entry, Existing, FileState};
@@ -526,16 +526,7 @@ async fn run_inner(run: &RunContext, spec: GenerationSpec) -> Result<Ended, Stri
         return Ok(Ended::Stopped);
     };
     let client = Arc::new(client(&spec)?);
-    let mut params = spec.params.clone();
-    if let Some(max) = spec.max_tokens {
-        params.insert("max_tokens".into(), json!(max));
-    }
-    let template = Arc::new(RequestTemplate::new(
-        spec.api,
-        &spec.model,
-        &params,
-        spec.stream,
-    ));
+    let template = Arc::new(spec.request_template());
     let process = Arc::new(move |prompt: prompts::Prompt| {
         let (client, template, gate) = (client.clone(), template.clone(), gate.clone());
         Box::pin(async move {

@@ -128,6 +128,17 @@ fn beside(output: &Path, suffix: &str) -> PathBuf {
 }
 
 impl GenerationSpec {
+    /// The requests this generation sends: its model, parameters (with
+    /// `max_tokens`) and streaming; the sweep and re-measurements of a
+    /// feasibility task send the same.
+    pub fn request_template(&self) -> crate::inference::RequestTemplate {
+        let mut params = self.params.clone();
+        if let Some(max) = self.max_tokens {
+            params.insert("max_tokens".into(), serde_json::json!(max));
+        }
+        crate::inference::RequestTemplate::new(self.api, &self.model, &params, self.stream)
+    }
+
     /// Parses a stored spec (already checked at creation) for a run.
     pub fn parse(json: &str) -> Result<GenerationSpec, Error> {
         let raw: Raw = check::parse(json)?;
