@@ -487,20 +487,7 @@ async fn a_remeasure_holds_the_run_and_the_drift_check_follows_the_server_it_fou
     .await;
     mock.set_capacity(2).await;
     // The drift the halved server causes is found (and recorded) first.
-    loop {
-        if !events(&mut c, &generation, "drift").await.is_empty() {
-            break;
-        }
-        let now = c
-            .get_task(proto::GetTaskRequest {
-                id: generation.clone(),
-            })
-            .await
-            .unwrap()
-            .into_inner();
-        assert_eq!(now.status, "in_progress", "the run ended before it drifted");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    todod_e2e::wait_events(&mut c, "re", &generation, "drift", 1).await;
     // Every minute; the test clock reaches one slot.
     c.set_schedule(proto::SetScheduleRequest {
         task_id: generation.clone(),
@@ -511,13 +498,8 @@ async fn a_remeasure_holds_the_run_and_the_drift_check_follows_the_server_it_fou
     .await
     .unwrap();
     clock.advance(Duration::from_secs(60));
-    let fired = loop {
-        let fired = events(&mut c, &generation, "schedule_fired").await;
-        if let Some(e) = fired.first() {
-            break serde_json::from_str::<Value>(&e.new_value).unwrap();
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let fired = todod_e2e::wait_events(&mut c, "re", &generation, "schedule_fired", 1).await;
+    let fired: Value = serde_json::from_str(&fired[0].new_value).unwrap();
     assert!(
         fired.get("error").is_none() && fired.get("skipped").is_none(),
         "{fired}"

@@ -12,14 +12,14 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
-use todod::domain::{Kind, Priority, Status};
+use todod::domain::Kind;
 use todod::phase::cursor::Line;
 use todod::phase::files::{Existing, SharedFs};
 use todod::phase::lossy_fs::LossyFs;
 use todod::phase::pipeline::{self, Files, PassEnd, PassPlan, Processor, RecordPhase};
 use todod::phase::state::{InputState, PassCounts, PhaseState};
 use todod::phase::{Boundaries, RunContext};
-use todod::store::{NewTask, Store, WriteContext};
+use todod::store::{Store, WriteContext};
 use todod_e2e::rng::TestRng;
 
 /// `{"id": "r7", "n": 7}` becomes `{"id": "r7", "square": 49}`.
@@ -118,29 +118,8 @@ async fn bench(lines: usize) -> (Bench, Vec<i64>) {
     let store = Store::open(&dir.path().join("todod.db")).await.unwrap();
     let ctx = WriteContext::default();
     store.create_plan("p", "", &ctx).await.unwrap();
-    let task = store
-        .create_task(
-            &NewTask {
-                plan: "p".into(),
-                content: "squares".into(),
-                priority: Priority::Medium,
-                kind: Kind::Tokenization,
-                spec: "{}".into(),
-                claims: vec![],
-                depends_on: vec![],
-                requires_dependency: None,
-            },
-            &ctx,
-        )
-        .await
-        .unwrap()
-        .id;
-    store
-        .transition(task, Status::InProgress, &ctx)
-        .await
-        .unwrap();
     let attempt = "test-run.1".to_string();
-    assert!(store.take_lease(task, &attempt).await.unwrap());
+    let task = todod_e2e::abandoned_phase(&store, "p", Kind::Tokenization, "{}", &attempt).await;
     let fs = LossyFs::new();
     let (stop_tx, stop) = tokio::sync::watch::channel(false);
     let context = RunContext {

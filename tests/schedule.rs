@@ -55,26 +55,13 @@ async fn firings(c: &mut Client, task: &str) -> Vec<Value> {
     .collect()
 }
 
-/// Waits (on the plan's event stream, bounded) until `task` has `n` firings.
+/// The firings of `task`, once it has `n`.
 async fn until_fired(c: &mut Client, plan: &str, task: &str, n: usize) -> Vec<Value> {
-    use futures::StreamExt;
-    let mut events = c
-        .watch_plan(proto::WatchPlanRequest {
-            plan: plan.into(),
-            after_seq: 0,
-        })
+    todod_e2e::wait_events(c, plan, task, "schedule_fired", n)
         .await
-        .unwrap()
-        .into_inner();
-    loop {
-        let fired = firings(c, task).await;
-        if fired.len() >= n {
-            return fired;
-        }
-        tokio::time::timeout(Duration::from_secs(30), events.next())
-            .await
-            .unwrap_or_else(|_| panic!("{task}: {} of {n} firings after 30 s", fired.len()));
-    }
+        .iter()
+        .map(|e| serde_json::from_str(&e.new_value).unwrap())
+        .collect()
 }
 
 async fn status(c: &mut Client, task: &str) -> String {

@@ -480,6 +480,55 @@ pub async fn wait_task(
     }
 }
 
+/// The events of `kind` of `task`, once there are at least `n`: waits on
+/// the plan's event stream (a new event is the signal to look again). A
+/// stream that goes two minutes without an event fails the caller.
+pub async fn wait_events(
+    c: &mut Client,
+    plan: &str,
+    task: &str,
+    kind: &str,
+    n: usize,
+) -> Vec<proto::Event> {
+    use futures::StreamExt;
+    let mut events = c
+        .watch_plan(proto::WatchPlanRequest {
+            plan: plan.into(),
+            after_seq: 0,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    loop {
+        let found: Vec<proto::Event> = c
+            .list_events(proto::ListEventsRequest {
+                task_id: task.into(),
+                limit: 10_000,
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .events
+            .into_iter()
+            .filter(|e| e.r#type == kind)
+            .collect();
+        if found.len() >= n {
+            return found;
+        }
+        tokio::time::timeout(Duration::from_secs(120), events.next())
+            .await
+            .unwrap_or_else(|_| {
+                panic!(
+                    "{task}: {} of {n} {kind} events, and none for two minutes",
+                    found.len()
+                )
+            })
+            .expect("the watch ended")
+            .unwrap();
+    }
+}
+
 /// A loopback port this test holds, bound but not listening: connecting to it
 /// is refused, and no other process can take it while the test runs.
 pub struct ClosedPort {
@@ -648,7 +697,20 @@ pub async fn abandoned_generation(
     spec: &serde_json::Value,
     attempt: &str,
 ) -> todod::domain::TaskId {
-    use todod::domain::{Kind, Priority, Status};
+    let spec = spec.to_string();
+    abandoned_phase(store, plan, todod::domain::Kind::Generation, &spec, attempt).await
+}
+
+/// A phase task of `kind` in `plan`, in progress and leased to `attempt`,
+/// written straight into `store` (the plan must exist or be creatable).
+pub async fn abandoned_phase(
+    store: &Store,
+    plan: &str,
+    kind: todod::domain::Kind,
+    spec: &str,
+    attempt: &str,
+) -> todod::domain::TaskId {
+    use todod::domain::{Priority, Status};
     use todod::store::{NewTask, WriteContext};
     let ctx = WriteContext {
         actor: "test".into(),
@@ -658,9 +720,9 @@ pub async fn abandoned_generation(
         .create_task(
             &NewTask {
                 plan: plan.into(),
-                content: "generate".into(),
+                content: format!("a {kind} task"),
                 priority: Priority::Medium,
-                kind: Kind::Generation,
+                kind,
                 spec: spec.to_string(),
                 claims: vec![],
                 depends_on: vec![],
@@ -675,6 +737,9 @@ pub async fn abandoned_generation(
         .transition(task, Status::InProgress, &ctx)
         .await
         .unwrap();
-    store.take_lease(task, attempt).await.unwrap();
+    assert!(
+        store.take_lease(task, attempt).await.unwrap(),
+        "{attempt} did not get the lease of {task}"
+    );
     task
 }

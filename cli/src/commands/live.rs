@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use anyhow::Result;
 use futures::StreamExt;
-use todod::proto::{ListTasksRequest, WatchPlanRequest};
+use todod::proto::WatchPlanRequest;
 
 use super::{emit, Ctx};
 use crate::error::{CliError, Exit};
@@ -109,18 +109,10 @@ pub async fn live(ctx: &Ctx, plan: String, limit: i32) -> Result<()> {
     let mut tick = tokio::time::interval(TICK);
     loop {
         if dirty && last_draw.elapsed() >= REDRAW_EVERY {
-            let page = client
-                .list_tasks(ListTasksRequest {
-                    plan: plan.clone(),
-                    view: "basic".into(),
-                    page_size: 10_000,
-                    ..Default::default()
-                })
-                .await?
-                .into_inner();
-            let ended = super::wait::outcome(&page.tasks, &[]);
+            let (revision, tasks) = super::wait::plan_tasks(&mut client, &plan).await?;
             let first = drawn_revision < 0;
-            drawn_revision = page.plan_revision;
+            drawn_revision = revision;
+            let ended = super::wait::outcome(&tasks, &[]);
             if terminal || ended.is_some() || first {
                 let (screen, _) =
                     super::plans::plan_screen(&mut client, plan.clone(), limit).await?;

@@ -64,6 +64,23 @@ pub(super) fn outcome(tasks: &[Task], watched: &[String]) -> Option<Exit> {
     }
 }
 
+/// Every task of `plan` as a listing shows it, and the plan's revision.
+pub(super) async fn plan_tasks(
+    client: &mut crate::client::Client,
+    plan: &str,
+) -> Result<(i64, Vec<Task>)> {
+    let page = client
+        .list_tasks(ListTasksRequest {
+            plan: plan.to_string(),
+            view: "basic".into(),
+            page_size: 10_000,
+            ..Default::default()
+        })
+        .await?
+        .into_inner();
+    Ok((page.plan_revision, page.tasks))
+}
+
 pub async fn wait(
     ctx: &Ctx,
     task: Option<String>,
@@ -97,17 +114,8 @@ pub async fn wait(
     let mut look = true;
     loop {
         if look {
-            let page = client
-                .list_tasks(ListTasksRequest {
-                    plan: plan.clone(),
-                    view: "basic".into(),
-                    page_size: 10_000,
-                    ..Default::default()
-                })
-                .await?
-                .into_inner();
-            seen_revision = page.plan_revision;
-            let mut tasks = page.tasks;
+            let (revision, mut tasks) = plan_tasks(&mut client, &plan).await?;
+            seen_revision = revision;
             // A watched task the listing leaves out (archived, or past its
             // first 10,000 tasks) is asked for by itself.
             for id in &watched {
