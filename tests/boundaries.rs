@@ -561,7 +561,7 @@ async fn invalid_utf8_is_an_invalid_argument_that_names_the_field() {
                 name: vec![b'p', 0xff, 0xfe],
             }),
             http::uri::PathAndQuery::from_static("/todod.v1.Todos/CreatePlan"),
-            tonic::codec::ProstCodec::default(),
+            tonic_prost::ProstCodec::default(),
         )
         .await
         .unwrap_err();

@@ -439,7 +439,7 @@ mod tonic_health_probe {
             .unwrap();
         let mut grpc = tonic::client::Grpc::new(channel);
         grpc.ready().await.unwrap();
-        let codec = tonic::codec::ProstCodec::<Check, Reply>::default();
+        let codec = tonic_prost::ProstCodec::<Check, Reply>::default();
         let reply = grpc
             .unary(
                 tonic::Request::new(Check {
@@ -464,4 +464,138 @@ mod tonic_health_probe {
         #[prost(int32, tag = "1")]
         pub status: i32,
     }
+}
+
+/// Owner and metadata: set at creation, patched key by key (null removes),
+/// recorded in the history, and a bad patch changes nothing.
+#[tokio::test]
+async fn owner_and_metadata_are_kept_patched_and_recorded() {
+    let daemon = TestDaemon::start().await;
+    let mut c = daemon.client().await;
+    c.create_plan(proto::CreatePlanRequest {
+        name: "p".into(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let task = c
+        .create_task(proto::CreateTaskRequest {
+            plan: "p".into(),
+            content: "Fix the parser".into(),
+            owner: "agent-1".into(),
+            metadata_json: r#"{"activeForm":"Fixing the parser","n":1}"#.into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(task.owner, "agent-1");
+    let meta: serde_json::Value = serde_json::from_str(&task.metadata_json).unwrap();
+    assert_eq!(
+        meta,
+        serde_json::json!({"activeForm": "Fixing the parser", "n": 1})
+    );
+
+    let updated = c
+        .update_task(proto::UpdateTaskRequest {
+            id: task.id.clone(),
+            owner: Some("".into()),
+            metadata_patch_json: Some(r#"{"n":null,"description":"the CSV one"}"#.into()),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(updated.owner, "");
+    let meta: serde_json::Value = serde_json::from_str(&updated.metadata_json).unwrap();
+    assert_eq!(
+        meta,
+        serde_json::json!({"activeForm": "Fixing the parser", "description": "the CSV one"})
+    );
+
+    // A list write patches too, and a bad patch is refused whole.
+    let written = c
+        .write_todos(proto::WriteTodosRequest {
+            plan: "p".into(),
+            todos: vec![proto::TodoItem {
+                id: task.id.clone(),
+                content: "Fix the parser".into(),
+                metadata_patch_json: r#"{"activeForm":"Testing the parser"}"#.into(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(written.todos[0]
+        .metadata_json
+        .contains("Testing the parser"));
+    let bad = c
+        .write_todos(proto::WriteTodosRequest {
+            plan: "p".into(),
+            todos: vec![
+                proto::TodoItem {
+                    id: task.id.clone(),
+                    content: "Fix the parser, renamed".into(),
+                    ..Default::default()
+                },
+                proto::TodoItem {
+                    content: "Another".into(),
+                    metadata_patch_json: "[1, 2]".into(),
+                    ..Default::default()
+                },
+            ],
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(bad.code(), Code::InvalidArgument);
+    assert!(
+        bad.message().contains("todos[1].metadata_patch_json") && bad.message().contains("object"),
+        "{}",
+        bad.message()
+    );
+    let bad = c
+        .update_task(proto::UpdateTaskRequest {
+            id: task.id.clone(),
+            owner: Some("evil\u{1b}[2J".into()),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(bad.code(), Code::InvalidArgument);
+    assert!(bad.message().starts_with("owner:"), "{}", bad.message());
+    let after = c
+        .get_task(proto::GetTaskRequest {
+            id: task.id.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(after.content, "Fix the parser");
+    assert_eq!(after.metadata_json, written.todos[0].metadata_json);
+
+    let events = c
+        .list_events(proto::ListEventsRequest {
+            task_id: task.id.clone(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .events;
+    let kinds: Vec<&str> = events.iter().map(|e| e.r#type.as_str()).collect();
+    assert_eq!(
+        kinds,
+        [
+            "task_created",
+            "owner_changed",
+            "metadata_changed",
+            "owner_changed",
+            "metadata_changed",
+            "metadata_changed"
+        ]
+    );
+    assert_eq!(events[3].old_value, "agent-1");
 }

@@ -127,22 +127,7 @@ pub enum Command {
     /// Mark a plain task in progress failed (--reason says why); phase tasks fail by their runs
     Fail(TransitionArgs),
     /// Change a task's content, priority or spec
-    Edit {
-        /// Task id, e.g. t42
-        task: String,
-        /// New content
-        #[arg(long)]
-        content: Option<String>,
-        /// New priority
-        #[arg(long, value_parser = ["high", "medium", "low"])]
-        priority: Option<String>,
-        /// New phase spec: inline JSON, @FILE, or @- for stdin
-        #[arg(long)]
-        spec: Option<String>,
-        /// Reason recorded on the event
-        #[arg(long)]
-        reason: Option<String>,
-    },
+    Edit(EditArgs),
     /// Send a failed task back to pending
     Retry(TransitionArgs),
     /// Send a completed or cancelled task back to pending
@@ -399,4 +384,29 @@ mod tests {
             .expect_err("rejects");
         assert_eq!(err.exit_code(), 2);
     }
+}
+
+/// What `edit` changes; each flag left out stays as it is.
+#[derive(Args, Debug)]
+pub struct EditArgs {
+    /// Task id, e.g. t42
+    pub task: String,
+    /// New content
+    #[arg(long)]
+    pub content: Option<String>,
+    /// New priority
+    #[arg(long, value_parser = ["high", "medium", "low"])]
+    pub priority: Option<String>,
+    /// New phase spec: inline JSON, @FILE, or @- for stdin
+    #[arg(long)]
+    pub spec: Option<String>,
+    /// Who works on it ("" for nobody)
+    #[arg(long)]
+    pub owner: Option<String>,
+    /// A JSON object merged into the task's metadata; a key set to null is removed
+    #[arg(long, value_name = "JSON")]
+    pub metadata: Option<String>,
+    /// Reason recorded on the event
+    #[arg(long)]
+    pub reason: Option<String>,
 }

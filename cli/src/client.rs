@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use hyper_util::rt::TokioIo;
-use todod::proto::todos_client::TodosClient;
+use todod_proto::todos_client::TodosClient;
 use tonic::metadata::{Ascii, MetadataValue};
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, Endpoint, Uri};
@@ -92,9 +92,9 @@ pub fn token_from_state_dir(addr: &str, state_dir: Option<&std::path::Path>) -> 
     }
     let dir = match state_dir {
         Some(dir) => dir.to_path_buf(),
-        None => todod::config::default_state_dir()?,
+        None => todod_proto::local::default_state_dir()?,
     };
-    let text = std::fs::read_to_string(dir.join(todod::config::TOKEN_FILE)).ok()?;
+    let text = std::fs::read_to_string(dir.join(todod_proto::local::TOKEN_FILE)).ok()?;
     Some(text.trim().to_string()).filter(|t| !t.is_empty())
 }
 
@@ -174,7 +174,7 @@ impl Connector {
         // daemon bounds them, so the client need not.
         Ok(
             TodosClient::with_interceptor(channel, self.metadata.clone())
-                .max_decoding_message_size(todod::api::MAX_RESPONSE_BYTES),
+                .max_decoding_message_size(todod_proto::local::MAX_RESPONSE_BYTES),
         )
     }
 }

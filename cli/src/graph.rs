@@ -7,7 +7,7 @@
 use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
 
-use todod::proto::Task;
+use todod_proto::Task;
 
 use crate::render::{marker, one_line};
 

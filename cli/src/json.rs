@@ -4,7 +4,7 @@
 //! counts are a map by status; a time or text that is absent is null.
 //! prost types do not derive `Serialize`, so the mapping is spelled out here.
 use serde_json::{json, Value};
-use todod::proto::{Event, Plan, PlanSummary, Progress, Task, WriteTodosResponse};
+use todod_proto::{Event, Plan, PlanSummary, Progress, Task, WriteTodosResponse};
 
 /// Empty text (proto3's absent) as null.
 fn text(s: &str) -> Value {
@@ -65,6 +65,8 @@ pub fn task(t: &Task) -> Value {
         "readiness": t.readiness,
         "blocked_by": t.blocked_by,
         "spec": nested(&t.spec_json),
+        "owner": text(&t.owner),
+        "metadata": nested(&t.metadata_json),
         "progress": t.progress.as_ref().map_or(Value::Null, progress),
         "result": nested(&t.result_json),
         "error": text(&t.error),
@@ -170,7 +172,7 @@ mod tests {
         assert_eq!(v["error"], Value::Null);
         assert_eq!(v["started_at"], Value::Null);
         let s = PlanSummary {
-            counts: vec![todod::proto::StatusCount {
+            counts: vec![todod_proto::StatusCount {
                 status: "pending".into(),
                 count: 2,
             }],

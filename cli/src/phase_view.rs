@@ -59,7 +59,7 @@ fn size(n: f64) -> String {
 /// A pipeline's phase tasks, one line each (and a second for a schedule):
 /// state, counts, rate, and for a generation with a feasibility projection,
 /// the projection against the live total.
-pub fn pipeline(tasks: &[todod::proto::Task]) -> String {
+pub fn pipeline(tasks: &[todod_proto::Task]) -> String {
     let mut out = String::from("  phases:\n");
     let projection = tasks
         .iter()

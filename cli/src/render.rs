@@ -2,7 +2,7 @@
 //! progress bars. Pure functions from proto messages to strings.
 use std::fmt::Write as _;
 
-use todod::proto::{Event, PlanSummary, Progress, Task, WriteTodosResponse};
+use todod_proto::{Event, PlanSummary, Progress, Task, WriteTodosResponse};
 
 use crate::cli::STATUSES;
 
@@ -349,6 +349,8 @@ pub fn task_details(t: &Task, events: &[Event], all_events: bool) -> String {
     field("status", &status);
     field("priority", &t.priority);
     field("kind", &t.kind);
+    field("owner", &t.owner);
+    field("metadata", &t.metadata_json);
     field("position", &t.position.to_string());
     field("depends on", &t.depends_on.join(", "));
     field("blocked by", &t.blocked_by.join(", "));
@@ -539,7 +541,7 @@ fn shown_events(events: &[Event], all: bool) -> Vec<bool> {
 }
 
 /// `probe "*/5 * * * *" UTC, next 2026-12-01T12:05:00.000Z`.
-pub fn schedule_text(s: &todod::proto::Schedule) -> String {
+pub fn schedule_text(s: &todod_proto::Schedule) -> String {
     let next = if s.next_fire_at.is_empty() {
         "never fires again".to_string()
     } else {
@@ -558,7 +560,7 @@ pub fn schedule_text(s: &todod::proto::Schedule) -> String {
 }
 
 /// What `plan apply` did (or, with `--dry-run`, would do), one line a step.
-pub fn applied_pipeline(a: &todod::proto::ApplyPipelineResponse, dry_run: bool) -> String {
+pub fn applied_pipeline(a: &todod_proto::ApplyPipelineResponse, dry_run: bool) -> String {
     let mut out = String::new();
     let plan = a.plan.as_ref().map(|p| p.name.as_str()).unwrap_or("(new)");
     let verb = if dry_run { "would apply" } else { "applied" };
@@ -593,7 +595,7 @@ pub fn applied_pipeline(a: &todod::proto::ApplyPipelineResponse, dry_run: bool) 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use todod::proto::{Plan, StatusCount};
+    use todod_proto::{Plan, StatusCount};
 
     #[test]
     fn progress_bar_renders() {

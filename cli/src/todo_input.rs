@@ -7,7 +7,7 @@
 //! as an agent's `activeForm`) are ignored. Every error names where it is, e.g.
 //! `todos[2].content: expected a string, found a number`.
 use serde_json::{Map, Value};
-use todod::proto::TodoItem;
+use todod_proto::TodoItem;
 
 use crate::cli::{PRIORITIES, STATUSES};
 
@@ -113,6 +113,7 @@ fn item_from_value(path: &str, value: &Value) -> Result<TodoItem, String> {
         status,
         priority,
         depends_on,
+        metadata_patch_json: String::new(),
     })
 }
 

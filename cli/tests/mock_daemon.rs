@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::Stream;
-use todod::proto::todos_server::{Todos, TodosServer};
-use todod::proto::*;
+use todod_proto::todos_server::{Todos, TodosServer};
+use todod_proto::*;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tonic::{Request, Response, Status};
 
@@ -122,14 +122,14 @@ impl Mock {
 
 #[tonic::async_trait]
 impl Todos for Mock {
-    async fn set_schedule(&self, _: Request<todod::proto::SetScheduleRequest>) -> R<Task> {
+    async fn set_schedule(&self, _: Request<todod_proto::SetScheduleRequest>) -> R<Task> {
         Err(Status::unimplemented("no"))
     }
 
     async fn apply_pipeline(
         &self,
-        _: Request<todod::proto::ApplyPipelineRequest>,
-    ) -> R<todod::proto::ApplyPipelineResponse> {
+        _: Request<todod_proto::ApplyPipelineRequest>,
+    ) -> R<todod_proto::ApplyPipelineResponse> {
         Err(Status::unimplemented("no"))
     }
 

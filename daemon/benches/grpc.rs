@@ -68,6 +68,7 @@ fn item(id: &str, content: &str, status: &str) -> TodoItem {
         status: status.into(),
         priority: "medium".into(),
         depends_on: vec![],
+        metadata_patch_json: String::new(),
     }
 }
 
@@ -186,6 +187,7 @@ async fn main() {
                 }),
                 priority: None,
                 depends_on: None,
+                metadata: None,
             })
             .collect();
         let start = Instant::now();

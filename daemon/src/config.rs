@@ -5,25 +5,12 @@ use std::io;
 use std::io::{Read, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::os::unix::io::AsRawFd;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-/// Loopback address served when none is given.
-pub const DEFAULT_LISTEN: &str = "127.0.0.1:50710";
+pub use todod_proto::local::{default_state_dir, DEFAULT_LISTEN, SOCKET_FILE, TOKEN_FILE};
+
 pub const DATABASE_FILE: &str = "todod.db";
-pub const SOCKET_FILE: &str = "todod.sock";
-/// The bearer token of the TCP listener, readable by the daemon's user only.
-pub const TOKEN_FILE: &str = "token";
 const LOCK_FILE: &str = "todod.lock";
-
-/// `$XDG_STATE_HOME/todod`, else `~/.local/state/todod`.
-pub fn default_state_dir() -> Option<PathBuf> {
-    let xdg = std::env::var_os("XDG_STATE_HOME").filter(|v| !v.is_empty());
-    if let Some(dir) = xdg.map(PathBuf::from).filter(|p| p.is_absolute()) {
-        return Some(dir.join("todod"));
-    }
-    let home = std::env::var_os("HOME").filter(|v| !v.is_empty())?;
-    Some(PathBuf::from(home).join(".local/state/todod"))
-}
 
 /// Creates the state directory (mode 0700: the database is private).
 pub fn ensure_state_dir(dir: &Path) -> io::Result<()> {

@@ -6,15 +6,16 @@
 //! (where state lives). The binary in `main.rs` only wires them together.
 pub mod api;
 pub mod chat_template;
-pub mod codec;
 pub mod config;
 pub mod domain;
 pub mod failpoint;
 pub mod inference;
 pub mod phase;
 pub mod pipeline;
-pub mod proto;
 pub mod scheduler;
 pub mod server;
 pub mod store;
 pub mod tokenizer;
+
+/// The gRPC types, generated in the `todod-proto` crate that clients share.
+pub use todod_proto as proto;

@@ -80,7 +80,7 @@ fn router<H: Health>(
     };
     Ok(Server::builder()
         .trace_fn(|request| tracing::info_span!("grpc", method = %request.uri().path()))
-        .layer(tonic::service::interceptor(auth.clone()))
+        .layer(InterceptorLayer::new(auth.clone()))
         .add_service(health.clone())
         .add_service(reflection().build_v1()?)
         .add_service(reflection().build_v1alpha()?)
@@ -96,9 +96,9 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), Error> {
     let (stop_tx, stop_rx) = watch::channel(false);
-    let (mut reporter, health) = tonic_health::server::health_reporter();
+    let (reporter, health) = tonic_health::server::health_reporter();
     reporter.set_serving::<TodosServer<TodoService>>().await;
-    let mut stopping_reporter = reporter.clone();
+    let stopping_reporter = reporter.clone();
     tokio::spawn(async move {
         shutdown.await;
         // Tell health checkers first, then stop accepting and end the streams.
@@ -145,8 +145,7 @@ pub async fn run(
     let mut servers = tokio::task::JoinSet::new();
     if let Some(listener) = listeners.tcp {
         // Nagle plus delayed ACKs would add tens of milliseconds to small calls.
-        let incoming = TcpIncoming::from_listener(listener, true, None)
-            .map_err(|e| Error::Listener(e.to_string()))?;
+        let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
         let routes = router(&todos, &health, &tcp_auth)?;
         servers.spawn(routes.serve_with_incoming_shutdown(incoming, stopped(stop_rx.clone())));
     }

@@ -96,6 +96,7 @@ proptest! {
             status,
             priority: None,
             depends_on: deps.map(|d| d.into_iter().filter_map(|i| ids.get(i % ids.len().max(1)).copied()).collect::<Vec<_>>()).filter(|d| !d.is_empty()),
+            metadata: None,
         }).collect();
 
         if let Ok(write) = reconcile(&stored, &items) {
@@ -144,6 +145,7 @@ proptest! {
             status: Some(t.status),
             priority: Some(t.priority),
             depends_on: None,
+            metadata: None,
         }).collect();
         let write = reconcile(&stored, &items);
         prop_assert!(write.is_ok(), "refused: {:?}", write.err());
@@ -162,8 +164,9 @@ proptest! {
             status: None,
             priority: None,
             depends_on: None,
+            metadata: None,
         }).collect();
-        items.push(TodoItem { id: None, content: "a new task".into(), status: None, priority: None, depends_on: None });
+        items.push(TodoItem { id: None, content: "a new task".into(), status: None, priority: None, depends_on: None, metadata: None });
         let write = reconcile(&stored, &items);
         prop_assert!(write.is_ok(), "refused: {:?}", write.err());
         let changes = write.unwrap().changes;
@@ -213,6 +216,7 @@ fn stored_plan(setup: Vec<Op>) -> (Graph, Vec<StoredTask>) {
             position: id.0,
             depends_on: g.dependencies(id).collect(),
             archived: false,
+            metadata: None,
         })
         .collect();
     (g, stored)

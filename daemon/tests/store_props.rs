@@ -103,6 +103,7 @@ async fn run(ops: Vec<Op>) {
                         depends_on: deps
                             .as_ref()
                             .map(|d| d.iter().map(|i| pick(&ids, *i)).collect()),
+                        metadata: None,
                     })
                     .collect();
                 store
@@ -128,6 +129,8 @@ async fn run(ops: Vec<Op>) {
                     claims: vec![],
                     depends_on: deps.iter().map(|i| pick(&ids, *i)).collect(),
                     requires_dependency: None,
+                    owner: None,
+                    metadata: None,
                 };
                 store.create_task(&new, &ctx).await.map(|t| ids.push(t.id))
             }

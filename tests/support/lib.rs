@@ -351,6 +351,7 @@ pub fn item(id: &str, content: &str, status: &str, priority: &str) -> proto::Tod
         status: status.to_string(),
         priority: priority.to_string(),
         depends_on: vec![],
+        metadata_patch_json: String::new(),
     }
 }
 
@@ -727,6 +728,8 @@ pub async fn abandoned_phase(
                 claims: vec![],
                 depends_on: vec![],
                 requires_dependency: None,
+                owner: None,
+                metadata: None,
             },
             &ctx,
         )

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use anyhow::Result;
 use futures::StreamExt;
-use todod::proto::WatchPlanRequest;
+use todod_proto::WatchPlanRequest;
 
 use super::{emit, Ctx};
 use crate::error::{CliError, Exit};

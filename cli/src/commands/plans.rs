@@ -1,7 +1,7 @@
 //! `status`, `plan create`, `plan list`, `plan show`.
 use anyhow::Result;
 use serde_json::json;
-use todod::proto::{ApplyPipelineRequest, CreatePlanRequest, GetPlanRequest, ListPlansRequest};
+use todod_proto::{ApplyPipelineRequest, CreatePlanRequest, GetPlanRequest, ListPlansRequest};
 
 use super::{emit, emit_json, Ctx};
 use crate::{json, render};
@@ -188,7 +188,7 @@ pub async fn plan_screen(
     // A plan with phase tasks is a pipeline: each phase, with its figures
     // and the projection held against the live run.
     let phases = client
-        .list_tasks(todod::proto::ListTasksRequest {
+        .list_tasks(todod_proto::ListTasksRequest {
             plan: plan_name.clone(),
             kinds: [
                 "prompt_adaptation",
@@ -212,7 +212,7 @@ pub async fn plan_screen(
         .map_or(0, |c| c.count);
     let failed = if failed_count > 0 {
         client
-            .list_tasks(todod::proto::ListTasksRequest {
+            .list_tasks(todod_proto::ListTasksRequest {
                 plan: plan_name,
                 statuses: vec!["failed".into()],
                 page_size: limit,

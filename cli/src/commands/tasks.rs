@@ -1,13 +1,13 @@
 //! `list`, `show`, `add`, the transitions, `dep add|rm` and `graph`.
 use anyhow::Result;
 use serde_json::{json, Value};
-use todod::proto::{
+use todod_proto::{
     CreateTaskRequest, DependencyRequest, Event, GetTaskRequest, ListEventsRequest,
     ListTasksRequest, Task, TransitionTaskRequest,
 };
 
 use super::{emit, emit_json, Ctx};
-use crate::cli::{AddArgs, DepArgs, ListArgs, TransitionArgs};
+use crate::cli::{AddArgs, DepArgs, EditArgs, ListArgs, TransitionArgs};
 use crate::client::Client;
 use crate::error::{CliError, Exit};
 use crate::{graph as graph_render, json, render, todo_input};
@@ -102,30 +102,40 @@ pub async fn show(ctx: &Ctx, id: &str, all_events: bool) -> Result<()> {
     }
 }
 
-/// `edit TASK --content/--priority/--spec`: one UpdateTask call.
-pub async fn edit(
-    ctx: &Ctx,
-    id: &str,
-    content: Option<String>,
-    priority: Option<String>,
-    spec: Option<String>,
-    reason: Option<String>,
-) -> Result<()> {
-    if content.is_none() && priority.is_none() && spec.is_none() {
-        return Err(
-            CliError::usage("nothing to change: give --content, --priority or --spec").into(),
-        );
+/// `edit TASK --content/--priority/--spec/--owner/--metadata`: one UpdateTask call.
+pub async fn edit(ctx: &Ctx, args: EditArgs) -> Result<()> {
+    let EditArgs {
+        task: id,
+        content,
+        priority,
+        spec,
+        owner,
+        metadata,
+        reason,
+    } = args;
+    if content.is_none()
+        && priority.is_none()
+        && spec.is_none()
+        && owner.is_none()
+        && metadata.is_none()
+    {
+        return Err(CliError::usage(
+            "nothing to change: give --content, --priority, --spec, --owner or --metadata",
+        )
+        .into());
     }
     let spec = spec.as_deref().map(read_spec).transpose()?;
     let mut client = ctx.client().await?;
     let task = client
-        .update_task(todod::proto::UpdateTaskRequest {
-            id: id.to_string(),
+        .update_task(todod_proto::UpdateTaskRequest {
+            id,
             content,
             priority,
             spec_json: spec,
             expected_revision: 0,
             reason: reason.unwrap_or_default(),
+            owner,
+            metadata_patch_json: metadata,
         })
         .await?
         .into_inner();
@@ -149,7 +159,7 @@ pub async fn schedule(
 ) -> Result<()> {
     let mut client = ctx.client().await?;
     let task = client
-        .set_schedule(todod::proto::SetScheduleRequest {
+        .set_schedule(todod_proto::SetScheduleRequest {
             task_id: id.to_string(),
             cron: cron.unwrap_or_default(),
             timezone,
@@ -230,6 +240,8 @@ pub async fn add(ctx: &Ctx, args: AddArgs) -> Result<()> {
         depends_on: args.after,
         expected_revision: args.expected_revision.unwrap_or(0),
         reason: args.reason.unwrap_or_default(),
+        owner: String::new(),
+        metadata_json: String::new(),
     };
     let mut client = ctx.client().await?;
     let task = client.create_task(req).await?.into_inner();

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use anyhow::Result;
 use futures::StreamExt;
-use todod::proto::{GetTaskRequest, ListTasksRequest, Task, WatchPlanRequest};
+use todod_proto::{GetTaskRequest, ListTasksRequest, Task, WatchPlanRequest};
 
 use super::{emit, emit_json, Ctx};
 use crate::error::{CliError, Exit};

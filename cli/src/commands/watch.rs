@@ -2,7 +2,7 @@
 use std::time::Duration;
 
 use anyhow::Result;
-use todod::proto::{Event, WatchPlanRequest};
+use todod_proto::{Event, WatchPlanRequest};
 use tonic::Code;
 
 use super::{emit, Ctx};

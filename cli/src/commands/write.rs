@@ -3,7 +3,7 @@ use std::io::{IsTerminal, Read};
 
 use anyhow::Result;
 use serde_json::json;
-use todod::proto::{ReadTodosRequest, WriteTodosRequest};
+use todod_proto::{ReadTodosRequest, WriteTodosRequest};
 
 use super::{emit, emit_json, Ctx};
 use crate::error::CliError;

@@ -2,6 +2,7 @@
 //! Validation of client input happens here, so every error names its field.
 use std::time::{Duration, UNIX_EPOCH};
 
+use crate::domain::annotations;
 use crate::domain::model::{validate_content, validate_plan_name};
 use crate::domain::todo_list::TodoItem;
 use crate::domain::{Error, Kind, Priority, Readiness, Status, TaskId};
@@ -129,6 +130,10 @@ pub fn todo_items(items: &[proto::TodoItem]) -> Result<Vec<TodoItem>, Error> {
                 } else {
                     Some(task_ids(&at("depends_on"), &item.depends_on)?)
                 },
+                metadata: annotations::parse_patch(
+                    &at("metadata_patch_json"),
+                    &item.metadata_patch_json,
+                )?,
             })
         })
         .collect()
@@ -190,6 +195,8 @@ pub fn task(view: TaskView) -> proto::Task {
         started_at: optional_time(view.started_at),
         finished_at: optional_time(view.finished_at),
         schedule: view.schedule.as_deref().and_then(schedule),
+        owner: view.owner.unwrap_or_default(),
+        metadata_json: view.metadata.unwrap_or_default(),
     }
 }
 

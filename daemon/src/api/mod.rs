@@ -17,18 +17,16 @@ use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 
+use crate::domain::annotations;
 use crate::domain::model::{validate_content, validate_free_text};
 use crate::domain::{Error as Rule, TaskId};
 use crate::phase::{registry, Boundaries};
 use crate::proto::{self, todos_server::Todos};
 use crate::store::{EventFilter, NewTask, SpecUpdate, Store, TaskFilter, TaskUpdate, WriteContext};
 
-/// Metadata key a client names itself with; recorded as the actor of its events.
-pub const CLIENT_HEADER: &str = "x-todod-client";
+pub use todod_proto::local::{CLIENT_HEADER, MAX_RESPONSE_BYTES};
 /// Largest request the daemon decodes.
 pub const MAX_REQUEST_BYTES: usize = 4 * 1024 * 1024;
-/// Largest response the daemon encodes (a 100k-task ReadTodos fits).
-pub const MAX_RESPONSE_BYTES: usize = 256 * 1024 * 1024;
 /// Events fetched per round while a watcher catches up.
 const WATCH_BATCH: usize = 500;
 const DEFAULT_HIGHLIGHTS: usize = 20;
@@ -319,6 +317,8 @@ impl Todos for TodoService {
                 .unwrap_or_default(),
             depends_on,
             requires_dependency: checked.and_then(|c| c.requires),
+            owner: annotations::validate_owner("owner", &req.owner)?,
+            metadata: annotations::parse_patch("metadata_json", &req.metadata_json)?,
         };
         let task = self.store.create_task(&new, &ctx).await?;
         Ok(Response::new(convert::task(task)))
@@ -394,6 +394,14 @@ impl Todos for TodoService {
                 .map(|p| crate::domain::Priority::parse("priority", &p))
                 .transpose()?,
             spec,
+            owner: req
+                .owner
+                .map(|o| annotations::validate_owner("owner", &o))
+                .transpose()?,
+            metadata: match &req.metadata_patch_json {
+                Some(text) => annotations::parse_patch("metadata_patch_json", text)?,
+                None => None,
+            },
         };
         let task = self.store.update_task(id, &update, &ctx).await?;
         Ok(Response::new(convert::task(task)))

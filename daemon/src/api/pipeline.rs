@@ -190,6 +190,8 @@ impl TodoService {
                         claims: checked.claims,
                         depends_on: Vec::new(),
                         requires_dependency: checked.requires,
+                        owner: None,
+                        metadata: None,
                     },
                     depends_on: step
                         .depends_on

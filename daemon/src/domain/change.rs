@@ -28,6 +28,17 @@ pub enum Change {
         old: Option<String>,
         new: Option<String>,
     },
+    OwnerChanged {
+        id: TaskId,
+        old: Option<String>,
+        new: Option<String>,
+    },
+    /// Each side is the whole metadata object as JSON, or none.
+    MetadataChanged {
+        id: TaskId,
+        old: Option<String>,
+        new: Option<String>,
+    },
     /// Position in the list.
     Moved {
         id: TaskId,
@@ -70,6 +81,8 @@ impl Change {
             | Change::ContentChanged { id, .. }
             | Change::PriorityChanged { id, .. }
             | Change::SpecChanged { id, .. }
+            | Change::OwnerChanged { id, .. }
+            | Change::MetadataChanged { id, .. }
             | Change::Moved { id, .. }
             | Change::StatusChanged { id, .. }
             | Change::DependencyAdded { id, .. }

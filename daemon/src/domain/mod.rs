@@ -1,6 +1,7 @@
 //! The domain core: the todo graph, the status state machine and the dependency
 //! rules, as plain Rust with no I/O. The store loads a view of a plan, asks these
 //! rules what a request changes, and persists only what they accept.
+pub mod annotations;
 pub mod change;
 pub mod error;
 pub mod graph;

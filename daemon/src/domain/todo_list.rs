@@ -6,6 +6,7 @@
 //! complete a task and start its dependent in the same write.
 use std::collections::{BTreeMap, BTreeSet};
 
+use super::annotations::{self, Patch};
 use super::change::Change;
 use super::graph::Graph;
 use super::model::{Kind, Priority, Status, TaskId};
@@ -22,6 +23,8 @@ pub struct StoredTask {
     pub position: i64,
     pub depends_on: Vec<TaskId>,
     pub archived: bool,
+    /// The clients' JSON object (`annotations`).
+    pub metadata: Option<String>,
 }
 
 /// One validated item of the agent's list.
@@ -34,6 +37,8 @@ pub struct TodoItem {
     pub priority: Option<Priority>,
     /// `None` leaves the dependencies as they are.
     pub depends_on: Option<Vec<TaskId>>,
+    /// Merged into the task's metadata; `None` leaves it as it is.
+    pub metadata: Option<Patch>,
 }
 
 /// The changes a list write makes, in the order they must be applied.
@@ -42,6 +47,30 @@ pub struct ListWrite {
     pub changes: Vec<Change>,
     /// For each item, the task it resolved to (provisional ids for new tasks).
     pub resolved: Vec<TaskId>,
+}
+
+/// The item's metadata patch over what the task holds, as a change if it
+/// changes anything.
+fn metadata_change(
+    out: &mut ListWrite,
+    index: usize,
+    id: TaskId,
+    stored: Option<&str>,
+    item: &TodoItem,
+) -> Result<(), Error> {
+    let Some(patch) = &item.metadata else {
+        return Ok(());
+    };
+    let field = format!("todos[{index}].metadata_patch_json");
+    let metadata = annotations::apply_patch(&field, stored, patch)?;
+    if metadata.as_deref() != stored {
+        out.changes.push(Change::MetadataChanged {
+            id,
+            old: stored.map(str::to_string),
+            new: metadata,
+        });
+    }
+    Ok(())
 }
 
 /// Decides what writing `items` over `stored` (the plan's live tasks plus any
@@ -81,6 +110,7 @@ pub fn reconcile(stored: &[StoredTask], items: &[TodoItem]) -> Result<ListWrite,
                 });
                 graph.insert(id, Status::Pending);
                 targets.push((id, Status::Pending, item.status.unwrap_or(Status::Pending)));
+                metadata_change(&mut out, index, id, None, item)?;
                 id
             }
             Some(id) => {
@@ -116,6 +146,7 @@ pub fn reconcile(stored: &[StoredTask], items: &[TodoItem]) -> Result<ListWrite,
                 if let Some(to) = item.status.filter(|s| *s != task.status) {
                     targets.push((*id, task.status, to));
                 }
+                metadata_change(&mut out, index, *id, task.metadata.as_deref(), item)?;
                 *id
             }
         };
@@ -375,6 +406,7 @@ mod tests {
             position: id,
             depends_on: deps.iter().map(|&d| TaskId(d)).collect(),
             archived: false,
+            metadata: None,
         }
     }
 
@@ -385,6 +417,7 @@ mod tests {
             status,
             priority: None,
             depends_on: None,
+            metadata: None,
         }
     }
 

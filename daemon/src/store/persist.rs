@@ -171,6 +171,24 @@ pub(super) fn apply(
                     ..EventFields::of("spec_changed")
                 }
             }
+            Change::OwnerChanged { id, old, new } => {
+                let params = [new.as_deref().into()];
+                update_task(db, applied.real(*id), "owner = ?", &params, now)?;
+                EventFields {
+                    old_value: old.clone(),
+                    new_value: new.clone(),
+                    ..EventFields::of("owner_changed")
+                }
+            }
+            Change::MetadataChanged { id, old, new } => {
+                let params = [new.as_deref().into()];
+                update_task(db, applied.real(*id), "metadata = ?", &params, now)?;
+                EventFields {
+                    old_value: old.clone(),
+                    new_value: new.clone(),
+                    ..EventFields::of("metadata_changed")
+                }
+            }
             Change::Moved { id, from, to } => {
                 update_task(db, applied.real(*id), "position = ?", &[(*to).into()], now)?;
                 EventFields {

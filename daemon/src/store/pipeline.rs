@@ -251,6 +251,8 @@ fn apply(
                         based_on: task.spec.clone(),
                         output_fields: Vec::new(),
                     }),
+                    owner: None,
+                    metadata: None,
                 };
                 let (_, seq) = update_task(db, task.id, &update, &inner)?;
                 last_seq = seq.or(last_seq);

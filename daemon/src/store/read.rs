@@ -103,7 +103,7 @@ fn task_columns(detail: Detail) -> &'static str {
              WHERE d.task_id = t.id) END, \
              (SELECT json_object('cron', s.cron, 'timezone', s.timezone, 'action', s.action, \
              'next_fire_at', s.next_fire_at, 'last_fired_at', s.last_fired_at) \
-             FROM schedules s WHERE s.task_id = t.id)"
+             FROM schedules s WHERE s.task_id = t.id), t.owner, t.metadata"
         }
         Detail::Basic => {
             "t.id, NULL, t.status, t.priority, t.content, t.kind, t.position, NULL, \
@@ -113,7 +113,7 @@ fn task_columns(detail: Detail) -> &'static str {
              ON u.id = d.depends_on WHERE d.task_id = t.id) END, \
              (SELECT json_object('cron', s.cron, 'timezone', s.timezone, 'action', s.action, \
              'next_fire_at', s.next_fire_at, 'last_fired_at', s.last_fired_at) \
-             FROM schedules s WHERE s.task_id = t.id)"
+             FROM schedules s WHERE s.task_id = t.id), t.owner, t.metadata"
         }
     }
 }

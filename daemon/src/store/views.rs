@@ -56,6 +56,10 @@ pub struct TaskView {
     /// The task's schedule as a JSON object (`cron`, `timezone`, `action`,
     /// `next_fire_at`, `last_fired_at`), if it has one.
     pub schedule: Option<String>,
+    /// Who works on it, as a client said.
+    pub owner: Option<String>,
+    /// The clients' JSON object (see `domain::annotations`).
+    pub metadata: Option<String>,
 }
 
 /// How much of each task a listing carries.
@@ -118,7 +122,9 @@ impl TaskView {
             updated_at: row.opt_int(14)?,
             started_at: row.opt_int(15)?,
             finished_at: row.opt_int(16)?,
-            schedule: row.opt_text(18)?.map(str::to_string),
+            schedule: owned(row.opt_text(18)?),
+            owner: owned(row.opt_text(19)?),
+            metadata: owned(row.opt_text(20)?),
         })
     }
 }

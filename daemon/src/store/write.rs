@@ -10,6 +10,7 @@ use super::persist;
 use super::read::{live_tasks, plan_by_id, plan_by_name, require_plan, task_by_id};
 use super::sqlite::Db;
 use super::{now_ms, Error, PlanView, Store, TaskView, WriteContext};
+use crate::domain::annotations::{self, Patch};
 use crate::domain::todo_list::{self, StoredTask, TodoItem};
 use crate::domain::{self, spec, transition, Change, Graph, Kind, Priority, Status, TaskId};
 
@@ -34,6 +35,9 @@ pub struct NewTask {
     pub depends_on: Vec<TaskId>,
     /// A phase kind the task must depend on (directly), if its spec needs one.
     pub requires_dependency: Option<Kind>,
+    /// Validated by `domain::annotations`.
+    pub owner: Option<String>,
+    pub metadata: Option<Patch>,
 }
 
 /// A new spec for a phase task, as the phase registry checked it.
@@ -55,6 +59,10 @@ pub struct TaskUpdate {
     pub content: Option<String>,
     pub priority: Option<Priority>,
     pub spec: Option<SpecUpdate>,
+    /// `Some(None)` clears the owner.
+    pub owner: Option<Option<String>>,
+    /// Merged into the task's metadata (`domain::annotations`).
+    pub metadata: Option<Patch>,
 }
 
 /// The answer to `WriteTodos`: the committed list and what the write did.
@@ -203,7 +211,8 @@ fn stored_tasks(
     let named = serde_json::Value::from(named).to_string();
     let stored = db.query(
         "SELECT t.id, t.content, t.status, t.priority, t.kind, t.position, t.archived_at, \
-         (SELECT group_concat(d.depends_on) FROM dependencies d WHERE d.task_id = t.id) \
+         (SELECT group_concat(d.depends_on) FROM dependencies d WHERE d.task_id = t.id), \
+         t.metadata \
          FROM tasks t WHERE t.plan_id = ?1 AND (t.archived_at IS NULL \
          OR t.id IN (SELECT value FROM json_each(?2)))",
         &[plan_id.into(), (&named).into()],
@@ -224,6 +233,7 @@ fn stored_tasks(
                 position: row.int(5)?,
                 archived: row.opt_int(6)?.is_some(),
                 depends_on,
+                metadata: row.opt_text(8)?.map(str::to_string),
             })
         },
     )?;
@@ -434,6 +444,22 @@ pub(super) fn create_task(
         position,
         spec,
     }];
+    if let Some(owner) = &new.owner {
+        changes.push(Change::OwnerChanged {
+            id: provisional,
+            old: None,
+            new: Some(owner.clone()),
+        });
+    }
+    if let Some(patch) = &new.metadata {
+        if let Some(metadata) = annotations::apply_patch("metadata_json", None, patch)? {
+            changes.push(Change::MetadataChanged {
+                id: provisional,
+                old: None,
+                new: Some(metadata),
+            });
+        }
+    }
     changes.extend(deps.into_iter().map(|depends_on| Change::DependencyAdded {
         id: provisional,
         depends_on,
@@ -495,6 +521,24 @@ pub(super) fn update_task(
             old: current.priority,
             new: priority,
         });
+    }
+    if let Some(owner) = update.owner.as_ref().filter(|o| **o != current.owner) {
+        changes.push(Change::OwnerChanged {
+            id,
+            old: current.owner.clone(),
+            new: owner.clone(),
+        });
+    }
+    if let Some(patch) = &update.metadata {
+        let field = "metadata_patch_json";
+        let metadata = annotations::apply_patch(field, current.metadata.as_deref(), patch)?;
+        if metadata != current.metadata {
+            changes.push(Change::MetadataChanged {
+                id,
+                old: current.metadata.clone(),
+                new: metadata,
+            });
+        }
     }
     if let Some(update) = &update.spec {
         let spec = spec::validate("spec_json", head.kind, &update.spec)?;

@@ -6,8 +6,9 @@
 use std::marker::PhantomData;
 
 use prost::Message;
-use tonic::codec::{BufferSettings, Codec, DecodeBuf, Decoder, ProstCodec};
+use tonic::codec::{BufferSettings, Codec, DecodeBuf, Decoder};
 use tonic::Status;
+use tonic_prost::ProstCodec;
 
 /// Named in `build.rs` (`codec_path`); generated code calls `default()`.
 pub struct StrictCodec<T, U>(PhantomData<(T, U)>);
