@@ -153,6 +153,9 @@ pub enum Command {
     },
     /// Print the manual page (roff): `todoctl man | man -l -`
     Man,
+    /// Serve MCP on stdin/stdout: todod as a coding agent's todo tool
+    /// (opencode, Claude Code, Codex CLI, Gemini CLI shapes; see README)
+    Mcp(McpArgs),
     /// Block until a task (or every task of a plan) has ended; the exit code says how
     ///
     /// 0 completed, 10 failed (or can no longer run: a dependency failed), 11 cancelled,
@@ -409,4 +412,25 @@ pub struct EditArgs {
     /// Reason recorded on the event
     #[arg(long)]
     pub reason: Option<String>,
+}
+
+/// `todoctl mcp`: which plan an agent's list goes to, and which tools it sees.
+#[derive(Args, Debug)]
+pub struct McpArgs {
+    /// Plan to keep the list in [default: named after the project directory:
+    /// the nearest one above --dir holding .git, else --dir]
+    #[arg(short = 'p', long = "plan", env = "TODOD_PLAN")]
+    pub plan: Option<String>,
+    /// The project directory [default: the working directory]
+    #[arg(long, value_name = "DIR")]
+    pub dir: Option<std::path::PathBuf>,
+    /// Tool groups to offer, comma-separated: opencode, claude, codex, gemini,
+    /// plan, or all
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "all",
+        value_parser = ["all", "opencode", "claude", "codex", "gemini", "plan"]
+    )]
+    pub tools: Vec<String>,
 }

@@ -20,6 +20,7 @@ mod commands;
 mod error;
 mod graph;
 mod json;
+mod mcp;
 mod phase_view;
 mod render;
 mod safe;

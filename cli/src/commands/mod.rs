@@ -1,7 +1,7 @@
 //! One function per command. Local input (stdin, --spec) is checked before the
 //! daemon is dialled, so invalid input never reaches the server.
 mod live;
-mod plans;
+pub mod plans;
 mod tasks;
 mod wait;
 mod watch;
@@ -65,7 +65,12 @@ pub async fn run(cli: Cli) -> Result<()> {
         .clone()
         .filter(|t| !t.trim().is_empty())
         .or_else(|| crate::client::token_from_state_dir(&g.addr, g.state_dir.as_deref()));
-    let connector = Connector::new(&g.addr, token.as_deref(), &g.client_name)?;
+    // An agent's changes are recorded as the MCP server's unless named.
+    let client_name = match (&cli.command, g.client_name.as_str()) {
+        (Command::Mcp(_), "todoctl") => "todoctl-mcp",
+        (_, name) => name,
+    };
+    let connector = Connector::new(&g.addr, token.as_deref(), client_name)?;
     let ctx = Ctx {
         connector,
         json: g.json,
@@ -117,6 +122,20 @@ pub async fn run(cli: Cli) -> Result<()> {
             let mut command = Cli::command();
             clap_complete::generate(shell, &mut command, "todoctl", &mut std::io::stdout());
             Ok(())
+        }
+        Command::Mcp(args) => {
+            let plan = args.plan.filter(|p| !p.trim().is_empty());
+            let choice = match (plan, args.dir) {
+                (Some(plan), _) => crate::mcp::PlanChoice::Named(plan),
+                (None, dir) => {
+                    let cwd = match dir {
+                        Some(dir) => dir,
+                        None => std::env::current_dir()?,
+                    };
+                    crate::mcp::PlanChoice::Project(crate::mcp::project_dir(&cwd))
+                }
+            };
+            crate::mcp::serve(ctx.connector, choice, &args.tools).await
         }
         Command::Man => {
             use clap::CommandFactory;

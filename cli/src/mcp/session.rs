@@ -1,0 +1,380 @@
+//! One MCP session: which plan it works on, the plan revision it last showed
+//! the model, and its connection to the daemon.
+//!
+//! A full-list write (todowrite, TodoWrite, update_plan, write_todos) replaces
+//! the plan's list, so it must not overwrite what another agent wrote since
+//! this one read it. Each such write carries the revision the model last saw:
+//! the `revision` argument when the model passes one, else the revision this
+//! session last showed it. The daemon refuses a stale one (ABORTED) and the
+//! tool answers with the fresh list and what to do. A session that has shown
+//! nothing yet may not replace a list that already holds items it does not
+//! name: plans outlive sessions, and the first write of a new session would
+//! otherwise archive the last session's work unseen.
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use todod_proto::{
+    CreatePlanRequest, GetPlanRequest, ReadTodosRequest, ReadTodosResponse, TodoItem,
+    WriteTodosRequest, WriteTodosResponse,
+};
+use tokio::sync::Mutex;
+use tonic::Code;
+
+use crate::client::{Client, Connector};
+
+/// How the session's plan was chosen.
+#[derive(Debug, Clone)]
+pub enum PlanChoice {
+    /// `--plan` or `TODOD_PLAN`, or the `plan` tool.
+    Named(String),
+    /// One plan per project: named after the project's directory.
+    Project(PathBuf),
+}
+
+/// A tool's failure, in words for the model; never a crash of the server.
+#[derive(Debug)]
+pub struct ToolError(pub String);
+
+impl From<tonic::Status> for ToolError {
+    fn from(s: tonic::Status) -> Self {
+        let why = s.message();
+        ToolError(match s.code() {
+            Code::InvalidArgument | Code::OutOfRange => format!("invalid argument: {why}"),
+            Code::NotFound => format!("not found: {why}"),
+            Code::FailedPrecondition => format!("refused: {why}"),
+            Code::AlreadyExists => format!("already exists: {why}"),
+            Code::Aborted => format!("conflict: {why}"),
+            Code::Unavailable => format!(
+                "the todod daemon is not reachable ({why}); it may have stopped. \
+                 Ask the user to start it with `todod`, then try again"
+            ),
+            Code::Unauthenticated | Code::PermissionDenied => format!(
+                "todod refused the credentials ({why}); the user must set TODOD_TOKEN \
+                 or give the MCP server the daemon's --state-dir"
+            ),
+            code => format!("todod error ({code:?}): {why}"),
+        })
+    }
+}
+
+impl From<crate::error::CliError> for ToolError {
+    fn from(e: crate::error::CliError) -> Self {
+        ToolError(e.to_string())
+    }
+}
+
+pub type ToolResult<T> = Result<T, ToolError>;
+
+pub struct Session {
+    connector: Connector,
+    choice: Mutex<PlanChoice>,
+    state: Mutex<State>,
+}
+
+#[derive(Default)]
+struct State {
+    client: Option<Client>,
+    /// The plan the choice resolved to, once asked.
+    plan: Option<String>,
+    /// Per plan: the revision this session last showed the model.
+    seen: HashMap<String, i64>,
+}
+
+impl Session {
+    pub fn new(connector: Connector, choice: PlanChoice) -> Self {
+        Session {
+            connector,
+            choice: Mutex::new(choice),
+            state: Mutex::new(State::default()),
+        }
+    }
+
+    /// A connected client; dialled on first use and again after a failure.
+    pub async fn client(&self) -> ToolResult<Client> {
+        let mut state = self.state.lock().await;
+        if let Some(client) = &state.client {
+            return Ok(client.clone());
+        }
+        let client = self.connector.connect().await?;
+        state.client = Some(client.clone());
+        Ok(client)
+    }
+
+    /// Forgets the connection after an error that may mean it is gone.
+    pub async fn failed(&self, error: &tonic::Status) {
+        if matches!(
+            error.code(),
+            Code::Unavailable | Code::Unknown | Code::Internal
+        ) {
+            self.state.lock().await.client = None;
+        }
+    }
+
+    /// The plan a tool works on: `explicit` if given, else the session's.
+    pub async fn plan(&self, explicit: Option<&str>) -> ToolResult<String> {
+        if let Some(name) = explicit.map(str::trim).filter(|n| !n.is_empty()) {
+            return Ok(name.to_string());
+        }
+        if let Some(plan) = self.state.lock().await.plan.clone() {
+            return Ok(plan);
+        }
+        let choice = self.choice.lock().await.clone();
+        let plan = match choice {
+            PlanChoice::Named(name) => name,
+            PlanChoice::Project(dir) => self.project_plan(&dir).await?,
+        };
+        self.state.lock().await.plan = Some(plan.clone());
+        Ok(plan)
+    }
+
+    /// Switches the session to another plan (the `plan` tool).
+    pub async fn use_plan(&self, name: &str) {
+        *self.choice.lock().await = PlanChoice::Named(name.to_string());
+        self.state.lock().await.plan = Some(name.to_string());
+    }
+
+    pub async fn choice(&self) -> PlanChoice {
+        self.choice.lock().await.clone()
+    }
+
+    /// The project's plan: named after its directory, its title the
+    /// directory's path. Two projects with the same directory name do not
+    /// share a list: the second gets the name with a hash of its path.
+    async fn project_plan(&self, dir: &Path) -> ToolResult<String> {
+        let title = dir.display().to_string();
+        let base = plan_name_for(dir);
+        for name in [base.clone(), format!("{base}-{}", path_hash(&title))] {
+            let mut client = self.client().await?;
+            match client
+                .get_plan(GetPlanRequest {
+                    name: name.clone(),
+                    highlight_limit: 1,
+                })
+                .await
+            {
+                Ok(summary) => {
+                    let plan = summary.into_inner().plan.unwrap_or_default();
+                    if plan.title.is_empty() || plan.title == title {
+                        return Ok(name);
+                    }
+                }
+                Err(s) if s.code() == Code::NotFound => {
+                    let created = client
+                        .create_plan(CreatePlanRequest {
+                            name: name.clone(),
+                            title: title.clone(),
+                        })
+                        .await;
+                    match created {
+                        Ok(_) => return Ok(name),
+                        // Another session made it meanwhile: look again.
+                        Err(s) if s.code() == Code::AlreadyExists => return Ok(name),
+                        Err(s) => return Err(s.into()),
+                    }
+                }
+                Err(s) => {
+                    self.failed(&s).await;
+                    return Err(s.into());
+                }
+            }
+        }
+        Err(ToolError(format!(
+            "the plans {base:?} and its hashed name belong to other directories; \
+             name one with the `plan` tool"
+        )))
+    }
+
+    /// Notes the revision the model has now seen.
+    pub async fn saw(&self, plan: &str, revision: i64) {
+        self.state
+            .lock()
+            .await
+            .seen
+            .insert(plan.to_string(), revision);
+    }
+
+    /// The plan's list. A plan that does not exist yet is created empty:
+    /// its revision is then what a first write is checked against (a write
+    /// expecting revision 0 would not be checked at all).
+    pub async fn read(&self, plan: &str) -> ToolResult<ReadTodosResponse> {
+        let mut client = self.client().await?;
+        let request = || ReadTodosRequest {
+            plan: plan.to_string(),
+        };
+        let read = match client.read_todos(request()).await {
+            Err(s) if s.code() == Code::NotFound => {
+                let created = client
+                    .create_plan(CreatePlanRequest {
+                        name: plan.to_string(),
+                        title: String::new(),
+                    })
+                    .await;
+                match created {
+                    Ok(_) => {}
+                    Err(s) if s.code() == Code::AlreadyExists => {}
+                    Err(s) => return Err(rename(s, &[("name", "plan")])),
+                }
+                client.read_todos(request()).await
+            }
+            read => read,
+        };
+        match read {
+            Ok(r) => Ok(r.into_inner()),
+            Err(s) => {
+                self.failed(&s).await;
+                Err(s.into())
+            }
+        }
+    }
+
+    /// Replaces the plan's list, unless it moved on since the model looked.
+    pub async fn write_list(
+        &self,
+        plan: &str,
+        items: Vec<TodoItem>,
+        revision: Option<i64>,
+        reason: &str,
+    ) -> ToolResult<Result<WriteTodosResponse, Conflict>> {
+        let seen = self.state.lock().await.seen.get(plan).copied();
+        let expected = match revision.filter(|r| *r > 0).or(seen) {
+            Some(revision) => revision,
+            None => {
+                // Nothing shown yet: the write must name what the list holds.
+                let current = self.read(plan).await?;
+                let revision = current.plan.as_ref().map_or(0, |p| p.revision);
+                let unnamed: Vec<&todod_proto::Task> = current
+                    .todos
+                    .iter()
+                    .filter(|t| t.kind == "todo")
+                    .filter(|t| !items.iter().any(|i| i.id == t.id || i.content == t.content))
+                    .collect();
+                if !unnamed.is_empty() {
+                    self.saw(plan, revision).await;
+                    return Ok(Err(Conflict {
+                        why: format!(
+                            "plan {plan:?} already holds {} item(s) from earlier work that this \
+                             list does not name; a write replaces the whole list, so they would \
+                             be archived",
+                            unnamed.len()
+                        ),
+                        current,
+                    }));
+                }
+                revision
+            }
+        };
+        let mut client = self.client().await?;
+        let written = client
+            .write_todos(WriteTodosRequest {
+                plan: plan.to_string(),
+                todos: items,
+                expected_revision: expected,
+                reason: reason.to_string(),
+            })
+            .await;
+        match written {
+            Ok(w) => {
+                let w = w.into_inner();
+                if let Some(p) = &w.plan {
+                    self.saw(plan, p.revision).await;
+                }
+                Ok(Ok(w))
+            }
+            Err(s) if s.code() == Code::Aborted => {
+                let current = self.read(plan).await?;
+                if let Some(p) = &current.plan {
+                    self.saw(plan, p.revision).await;
+                }
+                Ok(Err(Conflict {
+                    why: format!(
+                        "the list changed since revision {expected} (another agent or a \
+                         person wrote it)"
+                    ),
+                    current,
+                }))
+            }
+            Err(s) => {
+                self.failed(&s).await;
+                Err(s.into())
+            }
+        }
+    }
+}
+
+/// A daemon error about a field, in the tool's own argument names.
+pub fn rename(s: tonic::Status, names: &[(&str, &str)]) -> ToolError {
+    let mut e = ToolError::from(s);
+    for (from, to) in names {
+        let prefix = format!("invalid argument: {from}:");
+        if e.0.starts_with(&prefix) {
+            e.0 = format!("invalid argument: {to}:{}", &e.0[prefix.len()..]);
+        }
+    }
+    e
+}
+
+/// A full-list write refused because the list is not what the model saw.
+pub struct Conflict {
+    pub why: String,
+    pub current: ReadTodosResponse,
+}
+
+/// A plan name from a directory's name: letters, digits and `._:-`, the
+/// rest as `-`.
+pub fn plan_name_for(dir: &Path) -> String {
+    let base = dir
+        .file_name()
+        .map(|n| n.to_string_lossy().to_string())
+        .unwrap_or_default();
+    let name: String = base
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "._:-".contains(c) {
+                c
+            } else {
+                '-'
+            }
+        })
+        .take(100)
+        .collect();
+    let name = name.trim_matches('-').to_string();
+    if name.is_empty() {
+        "project".to_string()
+    } else {
+        name
+    }
+}
+
+/// The project's directory: the nearest one above `cwd` holding `.git`,
+/// else `cwd` itself.
+pub fn project_dir(cwd: &Path) -> PathBuf {
+    cwd.ancestors()
+        .find(|d| d.join(".git").exists())
+        .unwrap_or(cwd)
+        .to_path_buf()
+}
+
+/// FNV-1a of the path, 8 hex digits: stable across runs and machines.
+fn path_hash(path: &str) -> String {
+    let mut h: u32 = 0x811c_9dc5;
+    for b in path.bytes() {
+        h ^= u32::from(b);
+        h = h.wrapping_mul(0x0100_0193);
+    }
+    format!("{h:08x}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plan_names_come_from_the_directory() {
+        assert_eq!(plan_name_for(Path::new("/home/a/my project")), "my-project");
+        assert_eq!(plan_name_for(Path::new("/srv/datagen.v2")), "datagen.v2");
+        assert_eq!(plan_name_for(Path::new("/")), "project");
+        assert_eq!(plan_name_for(Path::new("/x/ü")), "project");
+        assert_eq!(path_hash("/a/app"), path_hash("/a/app"));
+        assert_ne!(path_hash("/a/app"), path_hash("/b/app"));
+    }
+}
