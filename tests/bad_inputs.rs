@@ -213,7 +213,8 @@ async fn bad_inputs_get_the_right_code_and_leave_the_store_unchanged() {
         ("bad page token", Call::ListTasks(proto::ListTasksRequest { plan: "p".into(), page_token: "zzz".into(), ..Default::default() }), Code::InvalidArgument, "page_token"),
         ("unknown status filter", Call::ListTasks(proto::ListTasksRequest { plan: "p".into(), statuses: vec!["open".into()], ..Default::default() }), Code::InvalidArgument, "statuses[0]"),
         ("negative cursor", Call::ListEvents(proto::ListEventsRequest { plan: "p".into(), after_seq: -5, ..Default::default() }), Code::InvalidArgument, "after_seq"),
-        ("watch unknown plan", Call::Watch(proto::WatchPlanRequest { plan: "ghost".into(), after_seq: 0 }), Code::NotFound, "ghost"),
+        ("watch unknown plan", Call::Watch(proto::WatchPlanRequest { plan: "ghost".into(), ..Default::default() }), Code::NotFound, "ghost"),
+        ("watch from now and a cursor", Call::Watch(proto::WatchPlanRequest { plan: "p".into(), after_seq: 3, from_now: true }), Code::InvalidArgument, "from_now"),
     ];
     assert!(cases.len() >= 25);
 

@@ -86,8 +86,12 @@ fn exit_of(mut child: std::process::Child) -> ExitStatus {
 }
 
 fn live_on_a_terminal(env: &Env, plan: &str, extra_env: &[(&str, &str)]) -> (Command, Screen) {
+    on_a_terminal(env, &["status", plan, "--watch"], extra_env)
+}
+
+fn on_a_terminal(env: &Env, args: &[&str], extra_env: &[(&str, &str)]) -> (Command, Screen) {
     let (slave, master) = pty();
-    let mut cmd = env.cmd(&["status", plan, "--watch"]);
+    let mut cmd = env.cmd(args);
     cmd.env("TERM", "xterm-256color").env_remove("NO_COLOR");
     for (k, v) in extra_env {
         cmd.env(k, v);
@@ -124,6 +128,30 @@ fn the_live_status_redraws_in_place_and_ends_with_the_work() {
         "not redrawn in place: {text:?}"
     );
     assert!(text.contains("2 tasks: 2 completed"), "{text:?}");
+}
+
+/// `watch TASK` on a terminal is the same screen, and ends with the task,
+/// not with the plan.
+#[test]
+fn watching_a_task_on_a_terminal_redraws_and_ends_with_the_task() {
+    let env = Env::start();
+    let out = env.write(
+        "live-task",
+        &json!([{"content": "Build", "status": "in_progress"}, {"content": "Ship"}]),
+    );
+    let [build, ship] = <[String; 2]>::try_from(strings(&out["created"])).expect("two");
+    let (mut cmd, screen) = on_a_terminal(&env, &["watch", &build], &[]);
+    let child = cmd.spawn().expect("spawn todoctl");
+    screen.wait_for("in progress:");
+    env.ok(&["done", &build]);
+    let status = exit_of(child);
+    assert_eq!(status.code(), Some(0), "{:?}", screen.text());
+    let text = screen.text();
+    assert!(text.contains("F\u{1b}[J"), "not redrawn in place: {text:?}");
+    // The plan goes on (Ship is still to do): only the task has ended.
+    assert!(text.contains("1 pending"), "{text:?}");
+    let shown = env.json(&["show", &ship]);
+    assert_eq!(shown["task"]["status"], "pending");
 }
 
 #[test]

@@ -15,8 +15,8 @@ use std::process::Stdio;
 
 use serde_json::{json, Value};
 use todod_e2e::cli::{
-    await_line, lines_of, run_cmd, spawn_unix_daemon, spawn_watch, strings, todoctl_at, Env,
-    Spawned,
+    await_line, lines_of, run_cmd, spawn_unix_daemon, spawn_watch, spawn_watch_both, strings,
+    todoctl_at, Env, Spawned,
 };
 
 #[test]
@@ -27,7 +27,7 @@ fn watch_prints_events_as_they_happen() {
     let [alpha, beta] = <[String; 2]>::try_from(strings(&out["created"])).expect("two");
     env.write("elsewhere", &json!([{"content": "Unrelated"}]));
 
-    let (watch, lines) = spawn_watch(&env, &["--json", "watch", "-p", plan]);
+    let (watch, lines) = spawn_watch(&env, &["--json", "watch", "-p", plan, "--from-start"]);
     // From the beginning: the history so far, one compact JSON object a line.
     let parse = |line: &str| -> Value {
         serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"))
@@ -135,7 +135,7 @@ fn watch_over_a_unix_socket_survives_a_daemon_restart() {
     let id = strings(&parse(&run.stdout)["created"])[0].clone();
 
     let mut cmd = todoctl_at(&addr, None);
-    cmd.args(["--json", "watch", "-p", "u"])
+    cmd.args(["--json", "watch", "-p", "u", "--from-start"])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
@@ -174,4 +174,95 @@ fn watch_over_a_unix_socket_survives_a_daemon_restart() {
 
     assert!(watch.interrupt().success());
     assert!(daemon.signal_and_wait(libc::SIGTERM).success());
+}
+
+/// `watch TASK`: from now (none of the history), only that task's events,
+/// and it ends when the task does, with `wait`'s exit code.
+#[test]
+fn watching_a_task_starts_now_and_ends_with_it() {
+    let env = Env::start();
+    let out = env.write("w", &json!([{"content": "Alpha"}, {"content": "Beta"}]));
+    let [alpha, beta] = <[String; 2]>::try_from(strings(&out["created"])).expect("two");
+    env.ok(&["start", &beta]);
+
+    let (watch, lines, errors) = spawn_watch_both(&env, &["watch", &alpha]);
+    // The readiness signal: it says what it follows, from when.
+    let said = await_line(&errors, "what it follows", |_| true);
+    assert_eq!(
+        said,
+        format!("todoctl: following task {alpha} from now, until it ends")
+    );
+    env.ok(&["start", &alpha]);
+    env.ok(&["done", &beta]); // another task: not printed
+    env.ok(&["done", &alpha]);
+    let first = await_line(&lines, "the first line", |_| true);
+    assert!(
+        first.ends_with(&format!(
+            " w {alpha} status_changed pending -> in_progress by todoctl"
+        )),
+        "history is not replayed, the next change is first: {first}"
+    );
+    let second = await_line(&lines, "the second line", |_| true);
+    assert!(
+        second.contains(&format!("{alpha} status_changed in_progress -> completed")),
+        "{second}"
+    );
+    let last = await_line(&lines, "the outcome", |_| true);
+    assert_eq!(last, format!("{alpha} completed"));
+    let status = watch.wait_exit();
+    assert_eq!(
+        status.code(),
+        Some(0),
+        "a completed task ends the watch with 0"
+    );
+
+    // A task that fails ends it with 10; one already ended ends it at once.
+    let out = env.write("w2", &json!([{"content": "Gamma"}]));
+    let gamma = strings(&out["created"])[0].clone();
+    env.ok(&["start", &gamma]);
+    let (watch, lines, errors) = spawn_watch_both(&env, &["watch", &gamma]);
+    await_line(&errors, "what it follows", |_| true);
+    env.ok(&["fail", &gamma, "--reason", "disk gone"]);
+    await_line(&lines, "the failure", |l| {
+        l.contains("in_progress -> failed")
+    });
+    let last = await_line(&lines, "the outcome", |_| true);
+    assert_eq!(last, format!("{gamma} failed: disk gone"));
+    assert_eq!(watch.wait_exit().code(), Some(10));
+    let run = env.run(&["watch", &gamma]);
+    assert_eq!(run.code, 10, "{run:#?}");
+    assert_eq!(run.stdout.trim(), format!("{gamma} failed: disk gone"));
+}
+
+/// `watch -p PLAN --json`: a JSON line per event, then the outcome, when
+/// nothing in the plan can move any more.
+#[test]
+fn watching_a_plan_ends_when_its_work_has() {
+    let env = Env::start();
+    let out = env.write("pw", &json!([{"content": "One"}, {"content": "Two"}]));
+    let [one, two] = <[String; 2]>::try_from(strings(&out["created"])).expect("two");
+    let (watch, lines, errors) = spawn_watch_both(&env, &["--json", "watch", "-p", "pw"]);
+    await_line(&errors, "what it follows", |l| {
+        l.contains("plan pw from now")
+    });
+    env.ok(&["done", &one]);
+    env.ok(&["cancel", &two]);
+    let parse = |line: &str| -> Value {
+        serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"))
+    };
+    let e = parse(&await_line(&lines, "one's completion", |_| true));
+    assert_eq!(
+        (e["task_id"].as_str(), e["to_status"].as_str()),
+        (Some(one.as_str()), Some("completed"))
+    );
+    let e = parse(&await_line(&lines, "two's cancellation", |_| true));
+    assert_eq!(e["to_status"], "cancelled");
+    let outcome = parse(&await_line(&lines, "the outcome", |_| true));
+    assert_eq!(outcome["outcome"], "cancelled");
+    assert_eq!(outcome["tasks"].as_array().map(Vec::len), Some(2));
+    assert_eq!(
+        watch.wait_exit().code(),
+        Some(11),
+        "a cancelled task: exit 11"
+    );
 }

@@ -281,6 +281,7 @@ async fn sigterm_ends_watchers_stops_cleanly_and_keeps_everything() {
         .watch_plan(proto::WatchPlanRequest {
             plan: "keep".into(),
             after_seq: 0,
+            from_now: false,
         })
         .await
         .unwrap()

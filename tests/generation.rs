@@ -102,6 +102,7 @@ async fn cancel_stops_the_run_and_retry_continues_from_the_checkpoint() {
         .watch_plan(proto::WatchPlanRequest {
             plan: "gen".into(),
             after_seq: 0,
+            from_now: false,
         })
         .await
         .unwrap()

@@ -296,6 +296,7 @@ async fn a_watcher_gets_history_then_live_events_and_resumes_from_its_cursor() {
         .watch_plan(proto::WatchPlanRequest {
             plan: "w".into(),
             after_seq: 0,
+            from_now: false,
         })
         .await
         .unwrap()
@@ -322,6 +323,7 @@ async fn a_watcher_gets_history_then_live_events_and_resumes_from_its_cursor() {
         .watch_plan(proto::WatchPlanRequest {
             plan: "w".into(),
             after_seq: live.seq,
+            from_now: false,
         })
         .await
         .unwrap()

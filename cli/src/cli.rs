@@ -198,14 +198,22 @@ pub enum Command {
         #[arg(long, conflicts_with = "cron")]
         clear: bool,
     },
-    /// Follow the events of a plan (or of every plan) as they happen
+    /// Follow events as they happen, a line each: a task's or a plan's until it
+    /// has ended (exit code as `wait`'s; on a terminal, the plan's screen
+    /// redrawn in place), or every plan's until Ctrl-C
     Watch {
-        /// Only this plan (default: every plan)
+        /// Follow this task only; the watch ends when it has
+        task: Option<String>,
+        /// Only this plan; the watch ends when nothing in it can move any more
+        /// (default: every plan, until Ctrl-C)
         #[arg(short = 'p', long = "plan", env = "TODOD_PLAN")]
         plan: Option<String>,
-        /// Start after this event sequence number (0: from the beginning)
-        #[arg(long, default_value_t = 0, value_name = "SEQ")]
-        after: i64,
+        /// Start after this event sequence number (default: from now)
+        #[arg(long, value_name = "SEQ", conflicts_with = "from_start")]
+        after: Option<i64>,
+        /// Replay the history first
+        #[arg(long)]
+        from_start: bool,
     },
     /// Replace a plan's todo list with a JSON list read from stdin (an agent's todo-write)
     #[command(after_help = WRITE_HELP)]

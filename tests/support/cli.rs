@@ -307,10 +307,18 @@ impl Spawned {
         self.signal_and_wait(libc::SIGINT)
     }
 
+    /// The exit status once the process ends by itself, with the safety timeout.
+    pub fn wait_exit(self) -> ExitStatus {
+        self.signal_and_wait(0)
+    }
+
+    /// `signal` (0: none), then the exit status, with the safety timeout.
     pub fn signal_and_wait(mut self, signal: i32) -> ExitStatus {
         let mut child = self.0.take().expect("child");
         let pid = child.id();
-        kill(pid, signal);
+        if signal != 0 {
+            kill(pid, signal);
+        }
         let (tx, rx) = mpsc::channel();
         std::thread::spawn(move || {
             let _ = tx.send(child.wait());
@@ -342,6 +350,21 @@ pub fn spawn_watch(env: &Env, args: &[&str]) -> (Spawned, mpsc::Receiver<String>
     let mut child = cmd.spawn().expect("spawn todoctl watch");
     let lines = lines_of(child.stdout.take().expect("stdout"));
     (Spawned(Some(child)), lines)
+}
+
+/// `spawn_watch`, with stderr as lines too (where watch says what it follows).
+pub fn spawn_watch_both(
+    env: &Env,
+    args: &[&str],
+) -> (Spawned, mpsc::Receiver<String>, mpsc::Receiver<String>) {
+    let mut cmd = env.cmd(args);
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().expect("spawn todoctl watch");
+    let out = lines_of(child.stdout.take().expect("stdout"));
+    let err = lines_of(child.stderr.take().expect("stderr"));
+    (Spawned(Some(child)), out, err)
 }
 
 /// The real `todod` serving only a Unix socket; returns once it is listening.

@@ -460,6 +460,7 @@ pub async fn wait_task(
         .watch_plan(proto::WatchPlanRequest {
             plan: plan.into(),
             after_seq: 0,
+            from_now: false,
         })
         .await
         .unwrap()
@@ -496,6 +497,7 @@ pub async fn wait_events(
         .watch_plan(proto::WatchPlanRequest {
             plan: plan.into(),
             after_seq: 0,
+            from_now: false,
         })
         .await
         .unwrap()
@@ -635,6 +637,7 @@ pub async fn kill_while_running(
         .watch_plan(proto::WatchPlanRequest {
             plan: plan.into(),
             after_seq: 0,
+            from_now: false,
         })
         .await
         .unwrap()

@@ -85,7 +85,8 @@ pub fn fit(screen: &str, size: Option<(usize, usize)>) -> String {
     out
 }
 
-pub async fn live(ctx: &Ctx, plan: String, limit: i32) -> Result<()> {
+/// The plan's screen until `watched` (every task when empty) has ended.
+pub async fn live(ctx: &Ctx, plan: String, limit: i32, watched: &[String]) -> Result<()> {
     let terminal = std::io::stdout().is_terminal();
     // The stream replays the plan's history first: only what happens from
     // now on is printed (the screen already shows where it stands).
@@ -96,6 +97,7 @@ pub async fn live(ctx: &Ctx, plan: String, limit: i32) -> Result<()> {
         .watch_plan(WatchPlanRequest {
             plan: plan.clone(),
             after_seq: 0,
+            from_now: false,
         })
         .await?
         .into_inner();
@@ -112,7 +114,7 @@ pub async fn live(ctx: &Ctx, plan: String, limit: i32) -> Result<()> {
             let (revision, tasks) = super::wait::plan_tasks(&mut client, &plan).await?;
             let first = drawn_revision < 0;
             drawn_revision = revision;
-            let ended = super::wait::outcome(&tasks, &[]);
+            let ended = super::wait::outcome(&tasks, watched);
             if terminal || ended.is_some() || first {
                 let (screen, _) =
                     super::plans::plan_screen(&mut client, plan.clone(), limit).await?;

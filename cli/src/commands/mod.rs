@@ -87,7 +87,7 @@ pub async fn run(cli: Cli) -> Result<()> {
                  or end with `todoctl --json wait -p PLAN`",
             )
             .into()),
-            (Some(plan), true) => live::live(&ctx, plan, limit.max(1)).await,
+            (Some(plan), true) => live::live(&ctx, plan, limit.max(1), &[]).await,
             (None, true) => Err(crate::error::CliError::usage(
                 "--watch follows one plan: name it (todoctl status PLAN --watch)",
             )
@@ -107,7 +107,19 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Dep(DepCommand::Add(a)) => tasks::dependency(&ctx, true, a).await,
         Command::Dep(DepCommand::Rm(a)) => tasks::dependency(&ctx, false, a).await,
         Command::Graph { plan, dot, all } => tasks::graph(&ctx, &plan.plan, dot, all).await,
-        Command::Watch { plan, after } => watch::watch(&ctx, plan.unwrap_or_default(), after).await,
+        Command::Watch {
+            task,
+            plan,
+            after,
+            from_start,
+        } => {
+            let start = match (after, from_start) {
+                (Some(seq), _) => watch::Start::After(seq),
+                (None, true) => watch::Start::After(0),
+                (None, false) => watch::Start::Now,
+            };
+            watch::watch(&ctx, task, plan, start, 10).await
+        }
         Command::Write {
             plan,
             expected_revision,

@@ -105,6 +105,7 @@ pub async fn wait(
         .watch_plan(WatchPlanRequest {
             plan: plan.clone(),
             after_seq: 0,
+            from_now: false,
         })
         .await?
         .into_inner();
@@ -193,16 +194,21 @@ pub async fn wait(
     }
 }
 
-fn report(ctx: &Ctx, tasks: &[Task], exit: Exit, one: bool) -> Result<()> {
+/// How a wait ended, as JSON: the outcome and the tasks as they ended.
+pub(super) fn outcome_json(tasks: &[Task], exit: Exit) -> serde_json::Value {
+    serde_json::json!({
+        "outcome": match exit {
+            Exit::Ok => "completed",
+            Exit::Cancelled => "cancelled",
+            _ => "failed",
+        },
+        "tasks": tasks.iter().map(json::task).collect::<Vec<_>>(),
+    })
+}
+
+pub(super) fn report(ctx: &Ctx, tasks: &[Task], exit: Exit, one: bool) -> Result<()> {
     if ctx.json {
-        emit_json(&serde_json::json!({
-            "outcome": match exit {
-                Exit::Ok => "completed",
-                Exit::Cancelled => "cancelled",
-                _ => "failed",
-            },
-            "tasks": tasks.iter().map(json::task).collect::<Vec<_>>(),
-        }))?;
+        emit_json(&outcome_json(tasks, exit))?;
     } else if one {
         let t = &tasks[0];
         let mut line = format!("{} {}", t.id, t.status);

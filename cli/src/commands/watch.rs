@@ -1,21 +1,79 @@
-//! `watch`: follow WatchPlan, reconnecting with backoff from the last seq seen.
+//! `watch`: a plan's (or every plan's) events as they happen, a line each,
+//! from the present unless asked for the history, reconnecting with backoff
+//! from the last one seen. Watching a task or a plan ends when it has ended,
+//! with `wait`'s exit code; on a terminal that is the live screen
+//! (`status PLAN --watch`) instead of lines.
+use std::io::IsTerminal;
 use std::time::Duration;
 
 use anyhow::Result;
-use todod_proto::{Event, WatchPlanRequest};
+use todod_proto::{Event, GetTaskRequest, WatchPlanRequest};
 use tonic::Code;
 
 use super::{emit, Ctx};
 use crate::client::Client;
+use crate::error::{CliError, Exit};
 use crate::{json, render};
 
 const MIN_BACKOFF: Duration = Duration::from_millis(250);
 const MAX_BACKOFF: Duration = Duration::from_secs(10);
 
-/// Runs until Ctrl-C (exit 0), a non-transient error, or stdout closing.
-pub async fn watch(ctx: &Ctx, plan: String, after: i64) -> Result<()> {
+/// Where a watch starts.
+#[derive(Debug, Clone, Copy)]
+pub enum Start {
+    /// What happens from now on.
+    Now,
+    /// After this event (0: the whole history first).
+    After(i64),
+}
+
+/// What a watch follows, and so when it ends.
+struct Target {
+    /// "" for every plan.
+    plan: String,
+    /// Only this task's events; the watch ends when the task has.
+    task: Option<String>,
+    /// Whether the watch ends when what it follows has ended.
+    ends: bool,
+}
+
+/// Runs until what it follows has ended (a task or a plan, exit code as
+/// `wait`'s), or Ctrl-C (exit 0), a non-transient error, or stdout closing.
+pub async fn watch(
+    ctx: &Ctx,
+    task: Option<String>,
+    plan: Option<String>,
+    start: Start,
+    limit: i32,
+) -> Result<()> {
+    let target = match (task, plan) {
+        (Some(id), _) => {
+            let mut client = ctx.client().await?;
+            let t = client.get_task(GetTaskRequest { id }).await?.into_inner();
+            Target {
+                plan: t.plan,
+                task: Some(t.id),
+                ends: true,
+            }
+        }
+        (None, Some(plan)) => Target {
+            plan,
+            task: None,
+            ends: true,
+        },
+        (None, None) => Target {
+            plan: String::new(),
+            task: None,
+            ends: false,
+        },
+    };
+    // A person at a terminal gets the screen, redrawn in place.
+    if target.ends && !ctx.json && matches!(start, Start::Now) && std::io::stdout().is_terminal() {
+        let watched: Vec<String> = target.task.iter().cloned().collect();
+        return super::live::live(ctx, target.plan, limit, &watched).await;
+    }
     tokio::select! {
-        res = follow(ctx, &plan, after) => res,
+        res = follow(ctx, &target, start) => res,
         _ = tokio::signal::ctrl_c() => Ok(()),
     }
 }
@@ -48,10 +106,57 @@ fn print_event(ctx: &Ctx, e: &Event) -> Result<()> {
     }
 }
 
-async fn follow(ctx: &Ctx, plan: &str, mut last_seq: i64) -> Result<()> {
+/// The plan's revision, and whether `target` has ended; if so, says how
+/// (as `wait` does) and gives the exit code.
+async fn ended(ctx: &Ctx, client: &mut Client, target: &Target) -> Result<(i64, Option<Exit>)> {
+    let watched: Vec<String> = target.task.iter().cloned().collect();
+    let (revision, tasks) = super::wait::plan_tasks(client, &target.plan).await?;
+    let Some(exit) = super::wait::outcome(&tasks, &watched) else {
+        return Ok((revision, None));
+    };
+    let shown = match &target.task {
+        Some(id) => vec![client
+            .get_task(GetTaskRequest { id: id.clone() })
+            .await?
+            .into_inner()],
+        None => tasks,
+    };
+    if ctx.json {
+        // One line, as each event is.
+        super::emit_raw(&serde_json::to_string(&super::wait::outcome_json(
+            &shown, exit,
+        ))?)?;
+    } else {
+        super::wait::report(ctx, &shown, exit, target.task.is_some())?;
+    }
+    Ok((revision, Some(exit)))
+}
+
+/// A change that can end a watch (as in `wait`).
+fn may_end(e: &Event) -> bool {
+    matches!(
+        e.r#type.as_str(),
+        "status_changed"
+            | "task_created"
+            | "archived"
+            | "restored"
+            | "dependency_added"
+            | "dependency_removed"
+    )
+}
+
+async fn follow(ctx: &Ctx, target: &Target, start: Start) -> Result<()> {
+    let plan = target.plan.as_str();
+    let (mut last_seq, mut from_now) = match start {
+        Start::Now => (0, true),
+        Start::After(seq) => (seq, false),
+    };
     let mut backoff = MIN_BACKOFF;
     let mut client: Option<Client> = Some(ctx.client().await?);
     let mut lost = false;
+    // The plan's revision when last looked at: a replayed history changes
+    // nothing, only what comes after the look can end the watch.
+    let mut seen_revision = -1;
     loop {
         let mut c = match client.take() {
             Some(c) => c,
@@ -68,11 +173,37 @@ async fn follow(ctx: &Ctx, plan: &str, mut last_seq: i64) -> Result<()> {
         let req = WatchPlanRequest {
             plan: plan.to_string(),
             after_seq: last_seq,
+            from_now,
         };
         let why = match c.watch_plan(req).await {
             Ok(resp) => {
                 if lost {
                     warn(&format!("reconnected, following from seq {last_seq}"));
+                } else {
+                    let what = match (&target.task, plan) {
+                        (Some(id), _) => format!("task {id}"),
+                        (None, "") => "every plan".to_string(),
+                        (None, plan) => format!("plan {plan}"),
+                    };
+                    let from = match start {
+                        Start::Now => "from now".to_string(),
+                        Start::After(0) => "from its first event".to_string(),
+                        Start::After(seq) => format!("after event #{seq}"),
+                    };
+                    let until = if target.ends {
+                        "until it ends"
+                    } else {
+                        "until Ctrl-C"
+                    };
+                    warn(&format!("following {what} {from}, {until}"));
+                    // It may have ended already.
+                    if target.ends {
+                        let (revision, exit) = ended(ctx, &mut c, target).await?;
+                        seen_revision = revision;
+                        if let Some(exit) = exit {
+                            return finish(exit);
+                        }
+                    }
                 }
                 let mut stream = resp.into_inner();
                 loop {
@@ -83,7 +214,19 @@ async fn follow(ctx: &Ctx, plan: &str, mut last_seq: i64) -> Result<()> {
                                 continue;
                             }
                             last_seq = event.seq;
-                            print_event(ctx, &event)?;
+                            from_now = false;
+                            let mine = target.task.as_ref().is_none_or(|id| &event.task_id == id);
+                            if mine {
+                                print_event(ctx, &event)?;
+                            }
+                            if target.ends && event.plan_revision > seen_revision && may_end(&event)
+                            {
+                                let (revision, exit) = ended(ctx, &mut c, target).await?;
+                                seen_revision = revision;
+                                if let Some(exit) = exit {
+                                    return finish(exit);
+                                }
+                            }
                         }
                         Ok(None) => break "the daemon closed the stream".to_string(),
                         Err(status) if transient(status.code()) => break status_words(&status),
@@ -101,6 +244,14 @@ async fn follow(ctx: &Ctx, plan: &str, mut last_seq: i64) -> Result<()> {
         ));
         tokio::time::sleep(backoff).await;
         backoff = next_backoff(backoff);
+    }
+}
+
+/// The exit a watch ends with: `wait`'s, whose report is already printed.
+fn finish(exit: Exit) -> Result<()> {
+    match exit {
+        Exit::Ok => Ok(()),
+        other => Err(CliError::new(other, String::new()).into()),
     }
 }
 

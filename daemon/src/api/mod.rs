@@ -486,22 +486,33 @@ impl Todos for TodoService {
         if req.after_seq < 0 {
             return Err(Rule::invalid("after_seq", "must not be negative").into());
         }
+        if req.from_now && req.after_seq > 0 {
+            return Err(Rule::invalid(
+                "from_now",
+                "follows from the present; give it or after_seq, not both",
+            )
+            .into());
+        }
         let (tx, rx) = mpsc::channel(WATCH_BATCH);
         let store = self.store.clone();
         let mut shutdown = self.shutdown.clone();
         // Subscribe before the first read, so nothing committed in between is missed.
         let mut committed = store.subscribe();
+        let after_seq = if req.from_now {
+            *committed.borrow()
+        } else {
+            req.after_seq
+        };
         tokio::spawn(async move {
             let mut filter = EventFilter {
                 plan,
                 task: None,
-                after_seq: req.after_seq,
+                after_seq,
                 limit: WATCH_BATCH,
             };
             // Every wait below also watches for shutdown, so a watcher that is
             // catching up or not reading cannot hold the daemon open.
-            let stopping =
-                || Status::unavailable("todod is shutting down; reconnect with after_seq");
+            let stopping = || Status::unavailable("todod is shutting down");
             loop {
                 committed.borrow_and_update();
                 let events = tokio::select! {

@@ -584,7 +584,18 @@ fn client_transition(
 ) -> Result<(TaskView, Option<i64>), Error> {
     let head = task_head(db, id)?;
     transition::check_client_move(id, head.kind, head.status, to)?;
-    transition(db, id, to, ctx)
+    let (view, seq) = transition(db, id, to, ctx)?;
+    // A person or agent failing a task says why: that is its error, as a
+    // phase run's is (the status_changed event carries the same reason).
+    let reason = ctx.reason.trim();
+    if to == Status::Failed && head.status != Status::Failed && !reason.is_empty() {
+        db.execute(
+            "UPDATE tasks SET error = ? WHERE id = ?",
+            &[reason.into(), id.0.into()],
+        )?;
+        return Ok((task_by_id(db, id)?, seq));
+    }
+    Ok((view, seq))
 }
 
 pub(super) fn transition(
