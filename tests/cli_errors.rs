@@ -82,12 +82,19 @@ fn refused_operations_exit_with_the_documented_code_and_a_plain_message() {
 
     // Malformed input the daemon rejects (INVALID_ARGUMENT): 2, naming the field.
     let message = env.run(&["show", "42"]).refused(2).to_string();
-    assert!(message.contains("\"42\" is not a task id"), "{message}");
+    assert!(message.starts_with("TASK: \"42\" is not a task id"), "{message}");
+    assert!(!message.contains("leave id empty"), "API words: {message}");
+    // ... in the command's own words, not the API's field names.
     let message = env
         .run(&["add", "x", "-p", "bad plan!"])
         .refused(2)
         .to_string();
-    assert!(message.starts_with("plan: "), "{message}");
+    assert!(message.starts_with("--plan: "), "{message}");
+    let message = env
+        .run(&["add", "x", "-p", "p", "--kind", "generation"])
+        .refused(2)
+        .to_string();
+    assert!(message.starts_with("--spec: "), "{message}");
     // Already exists: 4.
     env.ok(&["plan", "create", "other", "--title", "Other things"]);
     let message = env.run(&["plan", "create", "other"]).refused(4).to_string();

@@ -20,6 +20,29 @@ Exit codes:
   11 the task (or a task of the plan) was cancelled
   124 --timeout passed first";
 
+/// The command's own words for the API's fields: the daemon names a bad
+/// field as the request does (`spec_json: ...`), a person typed `--spec`.
+static WORDS: std::sync::OnceLock<&'static [(&'static str, &'static str)]> =
+    std::sync::OnceLock::new();
+
+/// Set once, by the command about to run.
+pub fn use_words(words: &'static [(&'static str, &'static str)]) {
+    let _ = WORDS.set(words);
+}
+
+/// `message` with its leading field (`field: ...`, `field[2]: ...`,
+/// `field.sub: ...`) in the command's words.
+pub fn in_cli_words(message: &str, words: &[(&str, &str)]) -> String {
+    for (field, said) in words {
+        if let Some(rest) = message.strip_prefix(field) {
+            if rest.starts_with(':') || rest.starts_with('[') || rest.starts_with('.') {
+                return format!("{said}{rest}");
+            }
+        }
+    }
+    message.to_string()
+}
+
 /// What kind of failure ended the run; its discriminant is the exit code.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Exit {
@@ -143,7 +166,7 @@ fn status_message(status: &tonic::Status, ctx: &ReportCtx<'_>) -> (Exit, String)
                 format!("{msg} (the daemon wants a token: pass --token or set TODOD_TOKEN)")
             }
         }
-        _ => msg,
+        _ => in_cli_words(&msg, WORDS.get().copied().unwrap_or_default()),
     };
     (exit, msg)
 }
@@ -172,6 +195,28 @@ mod tests {
         assert_eq!(Exit::from_code(Code::Unauthenticated) as i32, 6);
         assert_eq!(Exit::from_code(Code::PermissionDenied) as i32, 6);
         assert_eq!(Exit::from_code(Code::Internal) as i32, 1);
+    }
+
+    #[test]
+    fn fields_are_named_in_the_commands_words() {
+        let words = [
+            ("spec_json", "--spec"),
+            ("id", "TASK"),
+            ("depends_on", "--after"),
+        ];
+        assert_eq!(
+            in_cli_words("spec_json: not JSON", &words),
+            "--spec: not JSON"
+        );
+        assert_eq!(
+            in_cli_words("depends_on[1]: unknown", &words),
+            "--after[1]: unknown"
+        );
+        assert_eq!(in_cli_words("identity: x", &words), "identity: x");
+        assert_eq!(
+            in_cli_words("task t9 not found", &words),
+            "task t9 not found"
+        );
     }
 
     #[test]

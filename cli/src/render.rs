@@ -83,6 +83,16 @@ pub fn when(rfc3339: &str) -> String {
     when_at(rfc3339, std::time::SystemTime::now())
 }
 
+/// An event's time, to the second: `2026-12-01 14:35:04Z`.
+pub fn stamp(rfc3339: &str) -> String {
+    match humantime::parse_rfc3339_weak(rfc3339.trim().trim_end_matches('Z')) {
+        Ok(at) => humantime::format_rfc3339_seconds(at)
+            .to_string()
+            .replacen('T', " ", 1),
+        Err(_) => rfc3339.to_string(),
+    }
+}
+
 pub fn when_at(rfc3339: &str, now: std::time::SystemTime) -> String {
     let Ok(at) = humantime::parse_rfc3339_weak(rfc3339.trim().trim_end_matches('Z')) else {
         return rfc3339.to_string();
@@ -434,7 +444,7 @@ fn json_block(out: &mut String, name: &str, raw: &str) {
 pub fn event_line(e: &Event, with_plan: bool) -> String {
     let mut s = format!("#{}", e.seq);
     if !e.at.is_empty() {
-        let _ = write!(s, " {}", e.at);
+        let _ = write!(s, " {}", stamp(&e.at));
     }
     if with_plan && !e.plan.is_empty() {
         let _ = write!(s, " {}", e.plan);
@@ -464,13 +474,19 @@ pub fn event_line(e: &Event, with_plan: bool) -> String {
             return s;
         }
     }
-    let value = match (e.old_value.trim().is_empty(), e.new_value.trim().is_empty()) {
+    // A resumption's value is the daemon's internal run id: for --json only.
+    let new_value = if e.r#type == "resumed" {
+        ""
+    } else {
+        e.new_value.as_str()
+    };
+    let value = match (e.old_value.trim().is_empty(), new_value.trim().is_empty()) {
         (false, false) => format!(
             "{} -> {}",
             truncate(&e.old_value, 60),
             truncate(&e.new_value, 60)
         ),
-        (true, false) => truncate(&e.new_value, 60),
+        (true, false) => truncate(new_value, 60),
         (false, true) => truncate(&e.old_value, 60),
         (true, true) => String::new(),
     };
@@ -763,7 +779,7 @@ mod tests {
             at: "2025-01-01T00:00:00Z".into(),
             ..Default::default()
         };
-        assert_eq!(event_line(&e, true), "#42 2025-01-01T00:00:00Z p t3 status_changed pending -> in_progress by claude (reason: go)");
+        assert_eq!(event_line(&e, true), "#42 2025-01-01 00:00:00Z p t3 status_changed pending -> in_progress by claude (reason: go)");
         let e = Event {
             seq: 1,
             r#type: "plan_created".into(),

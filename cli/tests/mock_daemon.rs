@@ -442,7 +442,7 @@ async fn exit_codes_follow_the_grpc_status() {
         (
             &["add", "bad", "-p", "p"],
             2,
-            "todoctl: content: must not be \"bad\"\n",
+            "todoctl: CONTENT: must not be \"bad\"\n",
         ),
         (
             &["add", "x", "-p", "p", "--spec", "[1]"],

@@ -56,7 +56,61 @@ pub fn emit_raw(text: &str) -> Result<()> {
     Ok(())
 }
 
+/// The API fields each command's flags and arguments fill, so that the
+/// daemon's complaint about a field names what the person typed.
+fn words(command: &Command) -> &'static [(&'static str, &'static str)] {
+    const TASK: &[(&str, &str)] = &[("id", "TASK"), ("task_id", "TASK")];
+    match command {
+        Command::Show { .. }
+        | Command::Start(_)
+        | Command::Done(_)
+        | Command::Cancel(_)
+        | Command::Fail(_)
+        | Command::Retry(_)
+        | Command::Reopen(_)
+        | Command::Wait { .. } => TASK,
+        Command::Watch { .. } => &[("id", "TASK"), ("plan", "--plan"), ("after_seq", "--after")],
+        Command::Edit(_) => &[
+            ("id", "TASK"),
+            ("content", "--content"),
+            ("priority", "--priority"),
+            ("spec_json", "--spec"),
+            ("owner", "--owner"),
+            ("metadata_patch_json", "--metadata"),
+        ],
+        Command::Add(_) => &[
+            ("plan", "--plan"),
+            ("content", "CONTENT"),
+            ("priority", "--priority"),
+            ("kind", "--kind"),
+            ("spec_json", "--spec"),
+            ("depends_on", "--after"),
+            ("expected_revision", "--expected-revision"),
+        ],
+        Command::Dep(_) => &[("task_id", "TASK"), ("depends_on", "DEPENDS_ON")],
+        Command::Schedule { .. } => &[
+            ("task_id", "TASK"),
+            ("cron", "CRON"),
+            ("timezone", "--tz"),
+            ("action", "--action"),
+        ],
+        Command::Plan(PlanCommand::Create { .. }) => &[("name", "NAME"), ("title", "--title")],
+        Command::Plan(PlanCommand::Apply { .. }) => &[("plan", "--plan")],
+        Command::Status { .. } | Command::Plan(_) => &[("plan", "PLAN"), ("name", "PLAN")],
+        Command::List(_) | Command::Graph { .. } | Command::Read { .. } | Command::Write { .. } => {
+            &[
+                ("plan", "--plan"),
+                ("statuses", "--status"),
+                ("kinds", "--kind"),
+                ("expected_revision", "--expected-revision"),
+            ]
+        }
+        _ => &[],
+    }
+}
+
 pub async fn run(cli: Cli) -> Result<()> {
+    crate::error::use_words(words(&cli.command));
     let g = &cli.global;
     // Over TCP the daemon wants its token: given, or read from its state
     // directory, which the daemon's own user can read.

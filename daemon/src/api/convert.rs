@@ -120,7 +120,15 @@ pub fn todo_items(items: &[proto::TodoItem]) -> Result<Vec<TodoItem>, Error> {
                 id: if item.id.trim().is_empty() {
                     None
                 } else {
-                    Some(TaskId::parse(&at("id"), &item.id)?)
+                    // An agent's own numbering ("1", "2") must not address
+                    // another task: say how to add an item instead.
+                    Some(TaskId::parse(&at("id"), &item.id).map_err(|e| match e {
+                        Error::Invalid { field, reason } => Error::Invalid {
+                            field,
+                            reason: format!("{reason}; leave id empty for a new item"),
+                        },
+                        other => other,
+                    })?)
                 },
                 content: validate_content(&at("content"), &item.content)?,
                 status: optional(&at("status"), &item.status, Status::parse)?,

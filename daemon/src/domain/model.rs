@@ -29,8 +29,7 @@ impl TaskId {
             _ => Err(Error::invalid(
                 field,
                 format!(
-                    "{:?} is not a task id of this server (ids look like t42; \
-                     leave id empty for a new item)",
+                    "{:?} is not a task id of this server (ids look like t42)",
                     clip(text)
                 ),
             )),

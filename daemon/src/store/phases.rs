@@ -81,8 +81,8 @@ fn take_lease(db: &mut Db, id: TaskId, attempt: &str) -> Result<(bool, Option<i6
     )?;
     let seq = match previous {
         Some(previous) if run_of(&previous) != run_of(attempt) => {
-            let reason = format!("resumed after daemon run {} ended", run_of(&previous));
-            Some(record(db, id, "resumed", Some(attempt), &reason)?)
+            let reason = "the daemon restarted; the run goes on from its last checkpoint";
+            Some(record(db, id, "resumed", Some(attempt), reason)?)
         }
         _ => None,
     };
