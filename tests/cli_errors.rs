@@ -82,7 +82,10 @@ fn refused_operations_exit_with_the_documented_code_and_a_plain_message() {
 
     // Malformed input the daemon rejects (INVALID_ARGUMENT): 2, naming the field.
     let message = env.run(&["show", "42"]).refused(2).to_string();
-    assert!(message.starts_with("TASK: \"42\" is not a task id"), "{message}");
+    assert!(
+        message.starts_with("TASK: \"42\" is not a task id"),
+        "{message}"
+    );
     assert!(!message.contains("leave id empty"), "API words: {message}");
     // ... in the command's own words, not the API's field names.
     let message = env

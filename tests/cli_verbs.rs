@@ -1,4 +1,4 @@
-//! `todoctl wait`, `edit`, `fail` and `completions`. `wait` blocks until the
+//! `todoctl wait`, `edit`, `fail`, `plan archive` and `completions`. `wait` blocks until the
 //! task (or the plan) has ended, and its exit code says how: 0 completed, 10
 //! failed or stuck behind a failure, 11 cancelled, 124 the timeout passed
 //! first. The real CLI against the real daemon; harness in
@@ -6,7 +6,7 @@
 use std::process::Stdio;
 
 use serde_json::json;
-use todod_e2e::cli::{finish, Env};
+use todod_e2e::cli::{finish, strings, Env};
 use todod_e2e::ClosedPort;
 
 #[test]
@@ -195,4 +195,45 @@ fn a_failure_two_steps_up_ends_the_wait_of_a_task_and_of_its_plan() {
     for id in [&a, &b, &c] {
         assert!(run.stdout.contains(id.as_str()), "{id}: {run:#?}");
     }
+}
+
+#[test]
+fn a_plan_is_archived_out_of_the_way_and_restored() {
+    let env = Env::start();
+    let out = env.write(
+        "old",
+        &json!([{"content": "Build", "status": "in_progress"}]),
+    );
+    let build = strings(&out["created"])[0].clone();
+    let run = env.run(&["plan", "archive", "old"]);
+    assert_eq!(run.code, 4, "{run:#?}");
+    assert!(
+        run.stderr.contains(&format!("in progress ({build})")),
+        "{run:#?}"
+    );
+    env.ok(&["done", &build]);
+    let said = env.ok(&["plan", "archive", "old", "--reason", "shipped"]);
+    assert!(said.contains("plan old archived"), "{said}");
+    // Out of status and plan list, there with --all; closed to changes.
+    let listed = env.ok(&["plan", "list"]);
+    assert_eq!(
+        listed.trim(),
+        "no live plans (1 archived: todoctl plan list --all)"
+    );
+    let all = env.ok(&["plan", "list", "--all"]);
+    assert!(all.contains("old (archived)"), "{all}");
+    let status = env.json(&["status"]);
+    assert_eq!(
+        status["plans"].as_array().map(Vec::len),
+        Some(0),
+        "{status}"
+    );
+    let run = env.run(&["add", "-p", "old", "More"]);
+    assert_eq!(run.code, 4, "{run:#?}");
+    assert!(run.stderr.contains("plan old is archived"), "{run:#?}");
+    let shown = env.json(&["plan", "show", "old"]);
+    assert!(shown["plan"]["archived_at"].is_string(), "{shown}");
+    env.ok(&["plan", "restore", "old"]);
+    env.ok(&["add", "-p", "old", "More"]);
+    assert!(env.ok(&["plan", "list"]).contains("old "));
 }

@@ -60,7 +60,8 @@ type Expected = (String, &'static str, String);
 
 /// Every other write path, on a fresh plan per round: create a plan, then per
 /// step create a task, make it depend on the previous one, start, rename and
-/// complete the previous one. Returns the events each acknowledged call implies.
+/// complete the previous one, set its owner and metadata, and now and then
+/// archive and restore the plan. Returns the events each acknowledged call implies.
 async fn graph_writer(target: Target, plan: String, first_ack: Started) -> Vec<Expected> {
     let mut acked = Vec::new();
     let Some(mut c) = try_connect(target).await else {
@@ -122,6 +123,37 @@ async fn graph_writer(target: Target, plan: String, first_ack: Started) -> Vec<E
                     return acked;
                 }
                 acked.push((prev.clone(), "status_changed", detail.into()));
+            }
+            // The owner and metadata of a task, and the plan put away and
+            // brought back: their writes too.
+            let annotate = proto::UpdateTaskRequest {
+                id: prev.clone(),
+                owner: Some(format!("agent-{n}")),
+                metadata_patch_json: Some(format!(r#"{{"step":{n}}}"#)),
+                ..Default::default()
+            };
+            if c.update_task(annotate).await.is_err() {
+                return acked;
+            }
+            acked.push((prev.clone(), "owner_changed", format!("agent-{n}")));
+            acked.push((
+                prev.clone(),
+                "metadata_changed",
+                format!(r#"{{"step":{n}}}"#),
+            ));
+            if n % 3 == 1 {
+                let change = || proto::PlanChangeRequest {
+                    name: plan.clone(),
+                    ..Default::default()
+                };
+                if c.archive_plan(change()).await.is_err() {
+                    return acked;
+                }
+                acked.push((String::new(), "plan_archived", String::new()));
+                if c.restore_plan(change()).await.is_err() {
+                    return acked;
+                }
+                acked.push((String::new(), "plan_restored", String::new()));
             }
         }
     }

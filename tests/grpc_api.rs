@@ -1,6 +1,6 @@
 //! The gRPC API end to end, against the daemon started in-process.
 use futures::StreamExt;
-use todod_e2e::{dependency as dep, item, proto, transition, write_request, TestDaemon};
+use todod_e2e::{dependency as dep, item, proto, snapshot, transition, write_request, TestDaemon};
 use tonic::{Code, Request};
 
 #[tokio::test]
@@ -600,4 +600,148 @@ async fn owner_and_metadata_are_kept_patched_and_recorded() {
         ]
     );
     assert_eq!(events[3].old_value, "agent-1");
+}
+
+/// A plan put away: out of the listings, closed to changes, open to reads,
+/// refused while work runs, and back whole when restored.
+#[tokio::test]
+async fn an_archived_plan_is_kept_whole_and_closed_until_restored() {
+    let daemon = TestDaemon::start().await;
+    let mut c = daemon.client().await;
+    let written = c
+        .write_todos(write_request(
+            "old",
+            vec![
+                item("", "Build", "in_progress", ""),
+                item("", "Ship", "", ""),
+            ],
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    let (build, ship) = (written.todos[0].id.clone(), written.todos[1].id.clone());
+    c.write_todos(write_request("live", vec![item("", "Other", "", "")]))
+        .await
+        .unwrap();
+    let archive = |name: &str| proto::PlanChangeRequest {
+        name: name.into(),
+        reason: "done with it".into(),
+        ..Default::default()
+    };
+
+    // Work in progress: refused, naming it.
+    let busy = c.archive_plan(archive("old")).await.unwrap_err();
+    assert_eq!(busy.code(), Code::FailedPrecondition);
+    assert!(busy.message().contains(&build), "{}", busy.message());
+    c.transition_task(transition(&build, "completed"))
+        .await
+        .unwrap();
+
+    let before = snapshot(&mut c).await;
+    let plan = c.archive_plan(archive("old")).await.unwrap().into_inner();
+    assert!(!plan.archived_at.is_empty());
+    let listed = |include_archived| proto::ListPlansRequest {
+        include_archived,
+        ..Default::default()
+    };
+    let names = |r: proto::ListPlansResponse| -> Vec<String> {
+        r.plans.into_iter().map(|s| s.plan.unwrap().name).collect()
+    };
+    assert_eq!(
+        names(c.list_plans(listed(false)).await.unwrap().into_inner()),
+        ["live"]
+    );
+    assert_eq!(
+        names(c.list_plans(listed(true)).await.unwrap().into_inner()),
+        ["live", "old"]
+    );
+    // Reads still work; every kind of change is refused and changes nothing.
+    let summary = c
+        .get_plan(proto::GetPlanRequest {
+            name: "old".into(),
+            highlight_limit: 5,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(summary.total, 2);
+    let after_archive = snapshot(&mut c).await;
+    let refusals = [
+        c.write_todos(write_request("old", vec![item("", "New", "", "")]))
+            .await
+            .map(|_| ())
+            .unwrap_err(),
+        c.create_task(proto::CreateTaskRequest {
+            plan: "old".into(),
+            content: "New".into(),
+            ..Default::default()
+        })
+        .await
+        .map(|_| ())
+        .unwrap_err(),
+        c.transition_task(transition(&ship, "in_progress"))
+            .await
+            .map(|_| ())
+            .unwrap_err(),
+        c.update_task(proto::UpdateTaskRequest {
+            id: ship.clone(),
+            content: Some("Ship it".into()),
+            ..Default::default()
+        })
+        .await
+        .map(|_| ())
+        .unwrap_err(),
+        c.add_dependency(dep(&ship, &build))
+            .await
+            .map(|_| ())
+            .unwrap_err(),
+    ];
+    for refused in refusals {
+        assert_eq!(refused.code(), Code::FailedPrecondition, "{refused:?}");
+        assert!(
+            refused.message().contains("archived"),
+            "{}",
+            refused.message()
+        );
+    }
+    assert_eq!(
+        snapshot(&mut c).await,
+        after_archive,
+        "refusals changed nothing"
+    );
+    assert_ne!(before, after_archive, "archiving is a change");
+    // Archiving again changes nothing.
+    let again = c.archive_plan(archive("old")).await.unwrap().into_inner();
+    assert_eq!(again.revision, plan.revision);
+
+    // Restored: open again, the same tasks, and the history says both.
+    let restored = c.restore_plan(archive("old")).await.unwrap().into_inner();
+    assert!(restored.archived_at.is_empty());
+    c.transition_task(transition(&ship, "in_progress"))
+        .await
+        .unwrap();
+    let events = c
+        .list_events(proto::ListEventsRequest {
+            plan: "old".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .events;
+    let plan_events: Vec<(&str, &str)> = events
+        .iter()
+        .filter(|e| e.task_id.is_empty())
+        .map(|e| (e.r#type.as_str(), e.reason.as_str()))
+        .collect();
+    assert_eq!(
+        plan_events,
+        [
+            ("plan_created", ""),
+            ("plan_archived", "done with it"),
+            ("plan_restored", "done with it")
+        ]
+    );
+    let unknown = c.archive_plan(archive("ghost")).await.unwrap_err();
+    assert_eq!(unknown.code(), Code::NotFound);
 }

@@ -303,3 +303,44 @@ async fn over_the_limit_fails_and_retry_finishes_the_job() {
     assert_eq!((files.records, files.failed), (50, 0));
     assert_result_matches(&task, &files, "after retry");
 }
+
+/// An archived plan's phase tasks are not run (nor resumed) until the plan
+/// is restored: archiving stops the work, it does not just hide it.
+#[tokio::test]
+async fn the_daemon_runs_no_phase_task_of_an_archived_plan() {
+    use todod::domain::{Kind, Priority};
+    use todod::store::{NewTask, Store, WriteContext};
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&dir.path().join("todod.db")).await.unwrap();
+    let ctx = WriteContext::default();
+    store.create_plan("shelved", "", &ctx).await.unwrap();
+    let task = store
+        .create_task(
+            &NewTask {
+                plan: "shelved".into(),
+                content: "generate".into(),
+                priority: Priority::Medium,
+                kind: Kind::Generation,
+                spec: r#"{"n":1}"#.into(),
+                claims: vec![],
+                depends_on: vec![],
+                requires_dependency: None,
+                owner: None,
+                metadata: None,
+            },
+            &ctx,
+        )
+        .await
+        .unwrap()
+        .id;
+    let runnable = |store: Store| async move {
+        let tasks = store.runnable_phase_tasks().await.unwrap();
+        tasks.iter().any(|t| t.id == task)
+    };
+    assert!(runnable(store.clone()).await, "a ready phase task runs");
+    store.archive_plan("shelved", false, &ctx).await.unwrap();
+    assert!(!runnable(store.clone()).await, "not in an archived plan");
+    store.archive_plan("shelved", true, &ctx).await.unwrap();
+    assert!(runnable(store.clone()).await, "again once restored");
+    store.close().await;
+}

@@ -331,7 +331,27 @@ pub enum PlanCommand {
         title: Option<String>,
     },
     /// List every plan with its counts
-    List,
+    List {
+        /// Archived plans too
+        #[arg(long)]
+        all: bool,
+    },
+    /// Put a plan away: kept whole with its history, left out of `status` and
+    /// `plan list`, closed to changes, its phases and schedules stopped, until
+    /// it is restored. Refused while a task of it is in progress.
+    Archive {
+        name: String,
+        /// Why, recorded in the history
+        #[arg(long)]
+        reason: Option<String>,
+    },
+    /// Bring an archived plan back
+    Restore {
+        name: String,
+        /// Why, recorded in the history
+        #[arg(long)]
+        reason: Option<String>,
+    },
     /// Create or update a plan's phase tasks from a pipeline file (TOML)
     ///
     /// Adaptation, feasibility, generation and tokenization, chained, with

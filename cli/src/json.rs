@@ -31,6 +31,7 @@ pub fn plan(p: &Plan) -> Value {
         "revision": p.revision,
         "created_at": text(&p.created_at),
         "updated_at": text(&p.updated_at),
+        "archived_at": text(&p.archived_at),
     })
 }
 

@@ -203,6 +203,9 @@ pub fn plan_summary(s: &PlanSummary) -> String {
             let _ = write!(out, " \"{}\"", one_line(&p.title));
         }
         let _ = write!(out, "  revision {}", p.revision);
+        if !p.archived_at.is_empty() {
+            let _ = write!(out, ", archived {}", when(&p.archived_at));
+        }
         if !p.updated_at.is_empty() {
             let _ = write!(out, ", updated {}", when(&p.updated_at));
         }

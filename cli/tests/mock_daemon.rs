@@ -170,6 +170,12 @@ impl Todos for Mock {
         self.check("create_plan", &req)?;
         Err(Status::already_exists("plan p already exists"))
     }
+    async fn archive_plan(&self, _: Request<todod_proto::PlanChangeRequest>) -> R<Plan> {
+        Err(Status::unimplemented("no"))
+    }
+    async fn restore_plan(&self, _: Request<todod_proto::PlanChangeRequest>) -> R<Plan> {
+        Err(Status::unimplemented("no"))
+    }
     async fn get_plan(&self, req: Request<GetPlanRequest>) -> R<PlanSummary> {
         self.check("get_plan", &req)?;
         Ok(Response::new(self.summary()))

@@ -257,9 +257,12 @@ async fn main() {
         }
 
         let start = Instant::now();
-        c.list_plans(proto::ListPlansRequest { highlight_limit: 5 })
-            .await
-            .unwrap();
+        c.list_plans(proto::ListPlansRequest {
+            highlight_limit: 5,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
         summary_times.push(start.elapsed());
     }
     let list_median = percentile(&mut list_times, 0.5);

@@ -386,7 +386,10 @@ pub fn write_request(plan: &str, todos: Vec<proto::TodoItem>) -> proto::WriteTod
 /// Everything a client can observe of the store, for "nothing changed" checks.
 pub async fn snapshot(client: &mut Client) -> String {
     let plans = client
-        .list_plans(proto::ListPlansRequest { highlight_limit: 0 })
+        .list_plans(proto::ListPlansRequest {
+            highlight_limit: 0,
+            include_archived: true,
+        })
         .await
         .expect("list plans")
         .into_inner();

@@ -95,6 +95,9 @@ fn words(command: &Command) -> &'static [(&'static str, &'static str)] {
             ("action", "--action"),
         ],
         Command::Plan(PlanCommand::Create { .. }) => &[("name", "NAME"), ("title", "--title")],
+        Command::Plan(PlanCommand::Archive { .. } | PlanCommand::Restore { .. }) => {
+            &[("name", "NAME"), ("reason", "--reason")]
+        }
         Command::Plan(PlanCommand::Apply { .. }) => &[("plan", "--plan")],
         Command::Status { .. } | Command::Plan(_) => &[("plan", "PLAN"), ("name", "PLAN")],
         Command::List(_) | Command::Graph { .. } | Command::Read { .. } | Command::Write { .. } => {
@@ -221,7 +224,13 @@ pub async fn run(cli: Cli) -> Result<()> {
             action,
             clear,
         } => tasks::schedule(&ctx, &task, cron, timezone, action, clear).await,
-        Command::Plan(PlanCommand::List) => plans::list(&ctx).await,
+        Command::Plan(PlanCommand::List { all }) => plans::list(&ctx, all).await,
+        Command::Plan(PlanCommand::Archive { name, reason }) => {
+            plans::archive(&ctx, name, reason, false).await
+        }
+        Command::Plan(PlanCommand::Restore { name, reason }) => {
+            plans::archive(&ctx, name, reason, true).await
+        }
         Command::Plan(PlanCommand::Apply {
             file,
             plan,

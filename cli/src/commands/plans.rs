@@ -24,6 +24,7 @@ pub async fn status(ctx: &Ctx, plan: Option<String>, limit: i32) -> Result<()> {
     let plans = client
         .list_plans(ListPlansRequest {
             highlight_limit: limit,
+            ..Default::default()
         })
         .await?
         .into_inner()
@@ -54,11 +55,42 @@ pub async fn create(ctx: &Ctx, name: String, title: Option<String>) -> Result<()
     }
 }
 
+/// `plan archive` / `plan restore`.
+pub async fn archive(ctx: &Ctx, name: String, reason: Option<String>, restore: bool) -> Result<()> {
+    let mut client = ctx.client().await?;
+    let req = todod_proto::PlanChangeRequest {
+        name,
+        reason: reason.unwrap_or_default(),
+        ..Default::default()
+    };
+    let plan = if restore {
+        client.restore_plan(req).await?
+    } else {
+        client.archive_plan(req).await?
+    }
+    .into_inner();
+    if ctx.json {
+        return emit_json(&json::plan(&plan));
+    }
+    emit(&if plan.archived_at.is_empty() {
+        format!("plan {} is live", plan.name)
+    } else {
+        format!(
+            "plan {} archived {} (todoctl plan restore {0} brings it back)",
+            plan.name,
+            render::when(&plan.archived_at)
+        )
+    })
+}
+
 /// Every plan, one line each, with its counts.
-pub async fn list(ctx: &Ctx) -> Result<()> {
+pub async fn list(ctx: &Ctx, all: bool) -> Result<()> {
     let mut client = ctx.client().await?;
     let plans = client
-        .list_plans(ListPlansRequest { highlight_limit: 0 })
+        .list_plans(ListPlansRequest {
+            highlight_limit: 0,
+            include_archived: all,
+        })
         .await?
         .into_inner()
         .plans;
@@ -66,6 +98,20 @@ pub async fn list(ctx: &Ctx) -> Result<()> {
         return emit_json(&json!({ "plans": plans.iter().map(json::summary).collect::<Vec<_>>() }));
     }
     if plans.is_empty() {
+        let archived = client
+            .list_plans(ListPlansRequest {
+                highlight_limit: 0,
+                include_archived: true,
+            })
+            .await?
+            .into_inner()
+            .plans
+            .len();
+        if archived > 0 {
+            return emit(&format!(
+                "no live plans ({archived} archived: todoctl plan list --all)"
+            ));
+        }
         return emit(NO_PLANS);
     }
     let rows: Vec<[String; 6]> = plans
@@ -80,7 +126,14 @@ pub async fn list(ctx: &Ctx) -> Result<()> {
             let (name, title, rev) = s
                 .plan
                 .as_ref()
-                .map(|p| (p.name.clone(), render::one_line(&p.title), p.revision))
+                .map(|p| {
+                    let name = if p.archived_at.is_empty() {
+                        p.name.clone()
+                    } else {
+                        format!("{} (archived)", p.name)
+                    };
+                    (name, render::one_line(&p.title), p.revision)
+                })
                 .unwrap_or_default();
             [
                 name,

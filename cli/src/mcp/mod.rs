@@ -344,7 +344,10 @@ impl TodoMcp {
             };
             let mut client = self.session.client().await?;
             let plans = client
-                .list_plans(ListPlansRequest { highlight_limit: 1 })
+                .list_plans(ListPlansRequest {
+                    highlight_limit: 1,
+                    ..Default::default()
+                })
                 .await?
                 .into_inner()
                 .plans;

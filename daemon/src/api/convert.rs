@@ -154,6 +154,7 @@ pub fn plan(view: PlanView) -> proto::Plan {
         revision: view.revision,
         created_at: time(view.created_at),
         updated_at: time(view.updated_at),
+        archived_at: optional_time(view.archived_at),
     }
 }
 

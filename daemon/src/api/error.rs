@@ -65,7 +65,9 @@ impl From<Rule> for Status {
             | Rule::Archived { .. }
             | Rule::PhaseOutcome { .. }
             | Rule::PhaseTaskInList { .. }
-            | Rule::SpecLocked { .. } => Code::FailedPrecondition,
+            | Rule::SpecLocked { .. }
+            | Rule::PlanArchived { .. }
+            | Rule::PlanBusy { .. } => Code::FailedPrecondition,
             Rule::PathTaken { .. } => Code::AlreadyExists,
             Rule::StaleRevision { .. } | Rule::SpecMoved { .. } => Code::Aborted,
         };

@@ -62,6 +62,18 @@ impl TodoService {
         self.clock = clock;
         self
     }
+
+    /// ArchivePlan and RestorePlan.
+    async fn change_plan(
+        &self,
+        request: Request<proto::PlanChangeRequest>,
+        restore: bool,
+    ) -> Result<Response<proto::Plan>, Status> {
+        let ctx = context(&request)?;
+        let name = convert::plan_name("name", &request.get_ref().name)?;
+        let plan = self.store.archive_plan(&name, restore, &ctx).await?;
+        Ok(Response::new(convert::plan(plan)))
+    }
 }
 
 /// Requests that change something: they may carry a reason and the plan
@@ -95,7 +107,8 @@ write_request!(
     proto::TransitionTaskRequest,
     proto::DependencyRequest,
     proto::ApplyPipelineRequest,
-    proto::SetScheduleRequest
+    proto::SetScheduleRequest,
+    proto::PlanChangeRequest
 );
 impl WriteRequest for proto::CreatePlanRequest {}
 
@@ -262,6 +275,20 @@ impl Todos for TodoService {
         Ok(Response::new(convert::plan(plan)))
     }
 
+    async fn archive_plan(
+        &self,
+        request: Request<proto::PlanChangeRequest>,
+    ) -> Result<Response<proto::Plan>, Status> {
+        self.change_plan(request, false).await
+    }
+
+    async fn restore_plan(
+        &self,
+        request: Request<proto::PlanChangeRequest>,
+    ) -> Result<Response<proto::Plan>, Status> {
+        self.change_plan(request, true).await
+    }
+
     async fn get_plan(
         &self,
         request: Request<proto::GetPlanRequest>,
@@ -279,7 +306,8 @@ impl Todos for TodoService {
     ) -> Result<Response<proto::ListPlansResponse>, Status> {
         let limit = highlights("highlight_limit", request.get_ref().highlight_limit, 0)?;
         let mut plans = Vec::new();
-        for plan in self.store.list_plans().await? {
+        let include_archived = request.get_ref().include_archived;
+        for plan in self.store.list_plans(include_archived).await? {
             let summary = self.store.plan_summary(&plan.name, limit).await?;
             plans.push(convert::summary(summary));
         }

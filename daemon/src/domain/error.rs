@@ -107,6 +107,16 @@ pub enum Error {
     #[error("{task} is archived; list it again in WriteTodos to restore it")]
     Archived { task: TaskId },
 
+    /// An archived plan takes no changes until it is restored.
+    #[error(
+        "plan {plan} is archived; restore it (RestorePlan, todoctl plan restore) to change it"
+    )]
+    PlanArchived { plan: String },
+
+    /// A plan with work running cannot be put away.
+    #[error("plan {plan} has tasks in progress ({}); let them end, or cancel them, first", ids(.tasks))]
+    PlanBusy { plan: String, tasks: Vec<TaskId> },
+
     /// Optimistic concurrency: the write was based on an older revision.
     #[error("plan {plan} is at revision {actual}, not {expected}: re-read and retry")]
     StaleRevision {
@@ -152,4 +162,12 @@ fn path(ids: &[TaskId]) -> String {
         .map(|id| id.to_string())
         .collect::<Vec<_>>()
         .join(" -> ")
+}
+
+fn ids(tasks: &[TaskId]) -> String {
+    tasks
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
 }

@@ -44,6 +44,31 @@ pub(super) fn record_plan_created(
     .ok_or_else(super::sqlite::no_row)
 }
 
+/// A plan-level event after the plan's creation (archived, restored).
+pub(super) fn record_plan_event(
+    db: &mut Db,
+    plan_id: i64,
+    kind: &str,
+    revision: i64,
+    ctx: &WriteContext,
+    now: i64,
+) -> Result<i64, Error> {
+    db.query_row(
+        "INSERT INTO events (plan_id, type, actor, reason, at, plan_revision) \
+         VALUES (?, ?, ?, ?, ?, ?) RETURNING seq",
+        &[
+            plan_id.into(),
+            kind.into(),
+            (&ctx.actor).into(),
+            (&ctx.reason).into(),
+            now.into(),
+            revision.into(),
+        ],
+        |row| row.int(0),
+    )?
+    .ok_or_else(super::sqlite::no_row)
+}
+
 /// An event before it is written: type, from/to status, old/new value.
 struct EventFields<'a> {
     kind: &'static str,

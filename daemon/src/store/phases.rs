@@ -97,7 +97,8 @@ impl Store {
                 "SELECT t.id, t.kind, t.status, COALESCE(t.spec, '{}'), t.lease_owner, \
                  NOT EXISTS (SELECT 1 FROM dependencies d JOIN tasks u ON u.id = d.depends_on \
                              WHERE d.task_id = t.id AND u.status <> 'completed'), t.held \
-                 FROM tasks t WHERE t.kind <> 'todo' AND t.archived_at IS NULL \
+                 FROM tasks t JOIN plans p ON p.id = t.plan_id \
+                 WHERE t.kind <> 'todo' AND t.archived_at IS NULL AND p.archived_at IS NULL \
                  AND t.status IN ('in_progress', 'pending') ORDER BY t.id",
                 &[],
                 |row| {

@@ -352,10 +352,16 @@ impl Store {
         self.read(|db| Ok(require_plan(db, name)?.1)).await
     }
 
-    pub async fn list_plans(&self) -> Result<Vec<PlanView>, Error> {
+    /// Plans by name; archived ones only when asked for.
+    pub async fn list_plans(&self, include_archived: bool) -> Result<Vec<PlanView>, Error> {
+        let condition = if include_archived {
+            ""
+        } else {
+            "WHERE archived_at IS NULL"
+        };
         self.read(|db| {
             db.query(
-                &format!("SELECT {PLAN_COLUMNS} FROM plans ORDER BY name"),
+                &format!("SELECT {PLAN_COLUMNS} FROM plans {condition} ORDER BY name"),
                 &[],
                 PlanView::from_row,
             )

@@ -159,14 +159,16 @@ impl Store {
     }
 
     /// Schedules whose slot is at or before `now`, of tasks that are live:
-    /// a cancelled or archived task's schedule stops.
+    /// a cancelled or archived task's schedule stops, and so does every
+    /// schedule of an archived plan.
     pub async fn due_schedules(&self, now: i64) -> Result<Vec<DueSchedule>, Error> {
         self.read(|db| {
             db.query(
                 "SELECT s.task_id, s.cron, s.timezone, s.action, s.next_fire_at, t.kind, \
                  t.status, t.spec FROM schedules s JOIN tasks t ON t.id = s.task_id \
+                 JOIN plans p ON p.id = t.plan_id \
                  WHERE s.next_fire_at IS NOT NULL AND s.next_fire_at <= ? \
-                 AND t.status != 'cancelled' AND t.archived_at IS NULL \
+                 AND t.status != 'cancelled' AND t.archived_at IS NULL AND p.archived_at IS NULL \
                  ORDER BY s.next_fire_at",
                 &[now.into()],
                 |row| {
@@ -207,7 +209,8 @@ impl Store {
         self.read(|db| {
             db.query_row(
                 "SELECT MIN(s.next_fire_at) FROM schedules s JOIN tasks t ON t.id = s.task_id \
-                 WHERE t.status != 'cancelled' AND t.archived_at IS NULL",
+                 JOIN plans p ON p.id = t.plan_id \
+                 WHERE t.status != 'cancelled' AND t.archived_at IS NULL AND p.archived_at IS NULL",
                 &[],
                 |row| row.opt_int(0),
             )

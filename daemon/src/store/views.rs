@@ -5,7 +5,8 @@ use super::Error;
 use crate::domain::{Kind, Priority, Readiness, Status, TaskId};
 
 /// Columns `PlanView::from_row` reads.
-pub(super) const PLAN_COLUMNS: &str = "id, name, title, revision, created_at, updated_at";
+pub(super) const PLAN_COLUMNS: &str =
+    "id, name, title, revision, created_at, updated_at, archived_at";
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct PlanView {
@@ -14,6 +15,8 @@ pub struct PlanView {
     pub revision: i64,
     pub created_at: i64,
     pub updated_at: i64,
+    /// When it was archived; `None` while live.
+    pub archived_at: Option<i64>,
 }
 
 impl PlanView {
@@ -25,6 +28,7 @@ impl PlanView {
             revision: row.int(3)?,
             created_at: row.int(4)?,
             updated_at: row.int(5)?,
+            archived_at: row.opt_int(6)?,
         })
     }
 }

@@ -156,7 +156,15 @@ fn edge_exists(db: &mut Db, id: TaskId, depends_on: TaskId) -> Result<bool, Erro
         .is_some())
 }
 
+/// Whether a client may change `plan` now: it is live, and at the revision
+/// the write expects.
 pub(super) fn check_revision(plan: &PlanView, ctx: &WriteContext) -> Result<(), Error> {
+    if plan.archived_at.is_some() {
+        return Err(domain::Error::PlanArchived {
+            plan: plan.name.clone(),
+        }
+        .into());
+    }
     match ctx.expected_revision {
         Some(expected) if expected != plan.revision => Err(domain::Error::StaleRevision {
             plan: plan.name.clone(),
@@ -176,6 +184,61 @@ fn cross_plan(field: &str, dep: TaskId, dep_plan: &str, plan: &str) -> Error {
         ),
     )
     .into()
+}
+
+/// Archives a plan (or restores it): one change, recorded as a plan event.
+fn archive_plan(
+    db: &mut Db,
+    name: &str,
+    restore: bool,
+    ctx: &WriteContext,
+) -> Result<(PlanView, Option<i64>), Error> {
+    let (plan_id, plan) = require_plan(db, name)?;
+    if plan.archived_at.is_some() != restore {
+        return Ok((plan, None)); // already so
+    }
+    if let Some(expected) = ctx.expected_revision.filter(|e| *e != plan.revision) {
+        return Err(domain::Error::StaleRevision {
+            plan: plan.name,
+            expected,
+            actual: plan.revision,
+        }
+        .into());
+    }
+    if !restore {
+        let running = db.query(
+            "SELECT id FROM tasks WHERE plan_id = ? AND status = 'in_progress' \
+             AND archived_at IS NULL ORDER BY id LIMIT 10",
+            &[plan_id.into()],
+            |row| Ok(TaskId(row.int(0)?)),
+        )?;
+        if !running.is_empty() {
+            return Err(domain::Error::PlanBusy {
+                plan: plan.name,
+                tasks: running,
+            }
+            .into());
+        }
+    }
+    let now = now_ms();
+    let revision = plan.revision + 1;
+    let archived_at = (!restore).then_some(now);
+    db.execute(
+        "UPDATE plans SET archived_at = ?, revision = ?, updated_at = ? WHERE id = ?",
+        &[
+            archived_at.into(),
+            revision.into(),
+            now.into(),
+            plan_id.into(),
+        ],
+    )?;
+    let kind = if restore {
+        "plan_restored"
+    } else {
+        "plan_archived"
+    };
+    let seq = persist::record_plan_event(db, plan_id, kind, revision, ctx, now)?;
+    Ok((plan_by_id(db, plan_id)?, Some(seq)))
 }
 
 pub(super) fn insert_plan(
@@ -686,6 +749,17 @@ impl Store {
     }
 
     /// The agent's todo-write: reconciles the full list in one transaction.
+    /// Archives a plan, or restores it (`restore`); archiving refuses a plan
+    /// with work in progress.
+    pub async fn archive_plan(
+        &self,
+        name: &str,
+        restore: bool,
+        ctx: &WriteContext,
+    ) -> Result<PlanView, Error> {
+        self.write(|db| archive_plan(db, name, restore, ctx)).await
+    }
+
     pub async fn write_todos(
         &self,
         plan: &str,
