@@ -71,7 +71,7 @@ fn every_view_escapes_control_and_bidi_characters() {
     assert_safe("stderr of a refused write", &run.stderr);
 
     // watch, in text.
-    let (watch, lines) = spawn_watch(&env, &["watch", "-p", plan]);
+    let (watch, lines) = spawn_watch(&env, &["watch", "-p", plan, "--from-start"]);
     let line = await_line(&lines, "the start of the hostile task", |l| {
         l.contains("status_changed")
     });

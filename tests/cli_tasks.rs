@@ -222,7 +222,7 @@ fn task_commands_record_history_with_reason_and_actor() {
                 e["from_status"].as_str().unwrap(),
                 e["to_status"].as_str().unwrap(),
                 e["actor"].as_str().unwrap(),
-                e["reason"].as_str().unwrap(),
+                e["reason"].as_str().unwrap_or(""),
             )
         })
         .collect();

@@ -1,83 +1,23 @@
-//! `--json` output: proto messages as JSON with the proto field names as keys,
-//! shaped for jq: a spec, a result and a progress detail are nested objects
-//! (`spec`, `result`, `progress.detail`), not JSON strings inside JSON;
-//! counts are a map by status; a time or text that is absent is null.
-//! prost types do not derive `Serialize`, so the mapping is spelled out here.
+//! `--json` output: the API's messages as the proto crate serialises them
+//! (`todod_proto::json`: derived from the proto, so no field is left out or
+//! drifts), shaped for jq: a spec, a result, metadata and a progress detail
+//! are nested objects (`spec`, `result`, `metadata`, `progress.detail`),
+//! counts are a map by status, and a time or text that is absent is null.
+use serde::Serialize;
 use serde_json::{json, Value};
-use todod_proto::{Event, Plan, PlanSummary, Progress, Task, WriteTodosResponse};
+use todod_proto::{Event, Plan, PlanSummary, Task, WriteTodosResponse};
 
-/// Empty text (proto3's absent) as null.
-fn text(s: &str) -> Value {
-    if s.is_empty() {
-        Value::Null
-    } else {
-        Value::String(s.to_string())
-    }
-}
-
-/// A JSON document held as text, nested; null when empty, the text itself
-/// when it is not JSON (it always is, from this daemon).
-fn nested(s: &str) -> Value {
-    if s.trim().is_empty() {
-        return Value::Null;
-    }
-    serde_json::from_str(s).unwrap_or_else(|_| Value::String(s.to_string()))
+/// Any API message as JSON.
+fn of(message: &impl Serialize) -> Value {
+    serde_json::to_value(message).unwrap_or(Value::Null)
 }
 
 pub fn plan(p: &Plan) -> Value {
-    json!({
-        "name": p.name,
-        "title": text(&p.title),
-        "revision": p.revision,
-        "created_at": text(&p.created_at),
-        "updated_at": text(&p.updated_at),
-        "archived_at": text(&p.archived_at),
-    })
-}
-
-fn opt_plan(p: Option<&Plan>) -> Value {
-    p.map_or(Value::Null, plan)
-}
-
-pub fn progress(p: &Progress) -> Value {
-    json!({
-        "done": p.done,
-        "failed": p.failed,
-        "total": p.total,
-        "tokens": p.tokens,
-        "rate_per_second": p.rate_per_second,
-        "eta_seconds": p.eta_seconds,
-        "message": text(&p.message),
-        "rejected": p.rejected,
-        "detail": nested(&p.detail_json),
-    })
+    of(p)
 }
 
 pub fn task(t: &Task) -> Value {
-    json!({
-        "id": t.id,
-        "plan": t.plan,
-        "content": t.content,
-        "status": t.status,
-        "priority": t.priority,
-        "kind": t.kind,
-        "position": t.position,
-        "depends_on": t.depends_on,
-        "readiness": t.readiness,
-        "blocked_by": t.blocked_by,
-        "spec": nested(&t.spec_json),
-        "owner": text(&t.owner),
-        "metadata": nested(&t.metadata_json),
-        "progress": t.progress.as_ref().map_or(Value::Null, progress),
-        "result": nested(&t.result_json),
-        "error": text(&t.error),
-        "revision": t.revision,
-        "archived": t.archived,
-        "created_at": text(&t.created_at),
-        "updated_at": text(&t.updated_at),
-        "started_at": text(&t.started_at),
-        "finished_at": text(&t.finished_at),
-    })
+    of(t)
 }
 
 pub fn tasks(ts: &[Task]) -> Value {
@@ -85,43 +25,15 @@ pub fn tasks(ts: &[Task]) -> Value {
 }
 
 pub fn summary(s: &PlanSummary) -> Value {
-    json!({
-        "plan": opt_plan(s.plan.as_ref()),
-        "counts": s.counts.iter().map(|c| (c.status.clone(), json!(c.count))).collect::<serde_json::Map<_, _>>(),
-        "ready_count": s.ready_count,
-        "blocked_count": s.blocked_count,
-        "blocked_by_failure_count": s.blocked_by_failure_count,
-        "total": s.total,
-        "in_progress": tasks(&s.in_progress),
-        "ready": tasks(&s.ready),
-        "blocked": tasks(&s.blocked),
-    })
+    of(s)
 }
 
 pub fn event(e: &Event) -> Value {
-    json!({
-        "seq": e.seq,
-        "plan": e.plan,
-        "task_id": e.task_id,
-        "type": e.r#type,
-        "from_status": e.from_status,
-        "to_status": e.to_status,
-        "old_value": e.old_value,
-        "new_value": e.new_value,
-        "actor": e.actor,
-        "reason": e.reason,
-        "at": e.at,
-        "plan_revision": e.plan_revision,
-    })
+    of(e)
 }
 
 pub fn write_response(r: &WriteTodosResponse) -> Value {
-    json!({
-        "plan": opt_plan(r.plan.as_ref()),
-        "todos": tasks(&r.todos),
-        "created": r.created,
-        "archived": r.archived,
-    })
+    of(r)
 }
 
 /// A task as a todo item, the shape `todoctl write` reads back.
@@ -151,6 +63,11 @@ mod tests {
         assert_eq!(v["depends_on"], json!(["t0"]));
         assert_eq!(v["progress"], Value::Null);
         assert!(v.get("blocked_by").is_some() && v.get("finished_at").is_some());
+        // Every field of the message is there: nothing is mapped by hand.
+        assert!(
+            v.get("schedule").is_some() && v.get("owner").is_some(),
+            "{v}"
+        );
     }
 
     #[test]
@@ -159,7 +76,7 @@ mod tests {
             id: "t1".into(),
             spec_json: r#"{"model": "m"}"#.into(),
             result_json: r#"{"records": 3}"#.into(),
-            progress: Some(Progress {
+            progress: Some(todod_proto::Progress {
                 done: 3,
                 detail_json: r#"{"stage": "decided"}"#.into(),
                 ..Default::default()

@@ -8,6 +8,7 @@
 #![allow(clippy::all, missing_docs)]
 
 pub mod codec;
+pub mod json;
 pub mod local;
 
 tonic::include_proto!("todod.v1");
