@@ -57,7 +57,11 @@ fn write_list_and_status_like_an_agent() {
     assert_eq!(r["content"], "Read the code");
     assert_eq!(r["status"], "in_progress");
     assert_eq!(r["priority"], "high");
-    assert_eq!(r["readiness"], serde_json::Value::Null, "absent: not pending");
+    assert_eq!(
+        r["readiness"],
+        serde_json::Value::Null,
+        "absent: not pending"
+    );
     assert_eq!(r["kind"], "todo");
     assert_eq!(r["plan"], plan);
     for id in [&fix, &tests, &changelog] {

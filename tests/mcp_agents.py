@@ -120,7 +120,16 @@ async def each_shape_writes_and_reads(s, out):
         {"id": data["plan"][0]["id"], "step": "Parse the input", "status": "in_progress"},
         {"id": data["plan"][1]["id"], "step": "Emit the output", "status": "pending"},
     ], data
-    out["codex"] = {"plan": "codex-list", "ids": [t["id"] for t in data["plan"]]}
+    first = [t["id"] for t in data["plan"]]
+    # Reworded, with the id it was given: the same task.
+    data, _ = await ok(s, "update_plan", {
+        "plan_name": "codex-list",
+        "plan": [{"id": first[0], "step": "Parse the input files", "status": "completed"},
+                 {"id": first[1], "step": "Emit the output", "status": "in_progress"}],
+    })
+    assert [t["id"] for t in data["plan"]] == first, data
+    assert data["plan"][0]["step"] == "Parse the input files"
+    out["codex"] = {"plan": "codex-list", "ids": first}
 
     # Gemini CLI's write_todos, in its own plan.
     data, _ = await ok(s, "write_todos", {"plan": "gemini-list", "todos": [
@@ -158,9 +167,15 @@ async def dependencies_block_then_unblock(s, out):
     await ok(s, "TaskUpdate", {"taskId": b, "addBlocks": [c]})
     got, _ = await ok(s, "TaskGet", {"taskId": c})
     assert got["task"]["blockedBy"] == [b], got
+    d, _ = await ok(s, "TaskCreate", {"plan": plan, "subject": "Announce it"})
+    d = d["task"]["id"]
+    await ok(s, "TaskUpdate", {"taskId": d, "addBlockedBy": [c]})
     await ok(s, "TaskUpdate", {"taskId": c, "status": "deleted"})
     listed, _ = await ok(s, "TaskList", {"plan": plan})
     assert c not in [t["id"] for t in listed["tasks"]]
+    got, _ = await ok(s, "TaskGet", {"taskId": d})
+    assert got["task"]["blockedBy"] == [] and got["task"]["dependsOn"] == [], got
+    await ok(s, "TaskUpdate", {"taskId": d, "status": "in_progress"})
     history, text = await ok(s, "task_history", {"taskId": b})
     kinds = [e["type"] for e in history["events"]]
     assert "dependency_added" in kinds and "owner_changed" in kinds, kinds
@@ -201,11 +216,38 @@ async def two_writers_lose_no_update(stack, out):
     contents = sorted(t["content"] for t in final["todos"])
     expected = sorted([f"alpha item {n}" for n in range(rounds)] + [f"beta item {n}" for n in range(rounds)])
     assert contents == expected, contents
-    # A session that never read may not replace a list it has not seen.
-    three = await session(stack, "--plan", plan)
-    await refused(three, "todowrite", {"todos": [{"content": "only me", "status": "pending"}]},
-                  "does not name", "alpha item 0")
     out["shared"] = {"plan": plan, "contents": expected, "conflicts": conflicts}
+
+
+async def a_stale_write_without_a_revision_is_refused(stack):
+    """Agents rarely pass `revision`: the session's own memory of what it
+    showed must stop a stale write, and the same stale list sent again."""
+    plan = "stale-list"
+    one = await session(stack, "--plan", plan)
+    two = await session(stack, "--plan", plan)
+    await ok(one, "todoread", {})
+    await ok(two, "todoread", {})
+    await ok(two, "todowrite", {"todos": [{"content": "from two", "status": "in_progress"}]})
+    mine = {"todos": [{"content": "from one", "status": "pending"}]}
+    r, text = await refused(one, "todowrite", mine, "changed since", "from two")
+    assert r.structured_content["todos"][0]["content"] == "from two", r.structured_content
+    await refused(one, "todowrite", mine, "same list that was just refused")
+    current, _ = await ok(two, "todoread", {})
+    assert [t["content"] for t in current["todos"]] == ["from two"], "refusals changed nothing"
+    merged = {"todos": [{"content": "from two", "status": "in_progress"},
+                        {"content": "from one", "status": "pending"}]}
+    data, _ = await ok(one, "todowrite", merged)
+    assert [t["content"] for t in data["todos"]] == ["from two", "from one"]
+    # A new session has read nothing: it may not replace the list, even
+    # naming every item (its statuses could be stale), until it has.
+    three = await session(stack, "--plan", plan)
+    stale = {"todos": [{"content": "from two", "status": "pending"},
+                       {"content": "from one", "status": "pending"}]}
+    await refused(three, "todowrite", stale, "already holds 2 item(s)", "has not read")
+    await refused(three, "todowrite", stale, "same list that was just refused")
+    after, _ = await ok(two, "todoread", {})
+    assert after["todos"][0]["status"] == "in_progress", "the stale status was not written"
+    await ok(three, "todowrite", stale | {"revision": after["revision"]})
 
 
 async def bad_arguments_are_tool_errors(s):
@@ -219,8 +261,8 @@ async def bad_arguments_are_tool_errors(s):
         ("TaskUpdate", {"taskId": "t999999", "status": "completed"}, ["not found"]),
         ("TaskGet", {"taskId": 7}, ["taskId"]),
         ("TaskCreate", {"subject": "x", "metadata": [1]}, ["metadata"]),
-        ("TaskCreate", {"plan": "bad plan name", "subject": "x"}, ["plan"]),
-        ("todoread", {"plan": "no/such"}, ["plan"]),
+        ("TaskCreate", {"plan": "bad plan name", "subject": "x"}, ["invalid argument: plan:"]),
+        ("todoread", {"plan": "no/such"}, ["invalid argument: plan:"]),
         ("task_history", {"taskId": "t0"}, ["taskId"]),
     ]
     for tool, args, words in cases:
@@ -241,8 +283,8 @@ async def tool_groups_and_a_dead_daemon(stack):
     names = {t.name for t in (await some.list_tools()).tools}
     assert names == {"todowrite", "todoread", "plan", "plan_status", "task_history"}, names
     dead = await session(stack, addr="http://127.0.0.1:1")
-    _, text = await refused(dead, "todoread", {}, "todod")
-    _, text = await refused(dead, "todowrite", {"todos": []}, "todod")
+    _, text = await refused(dead, "todoread", {}, "cannot reach todod")
+    _, text = await refused(dead, "todowrite", {"todos": []}, "cannot reach todod")
     assert "Traceback" not in text
 
 
@@ -254,6 +296,7 @@ async def main():
         await each_shape_writes_and_reads(s, out)
         await dependencies_block_then_unblock(s, out)
         await two_writers_lose_no_update(stack, out)
+        await a_stale_write_without_a_revision_is_refused(stack)
         await bad_arguments_are_tool_errors(s)
         await tool_groups_and_a_dead_daemon(stack)
         status, text = await ok(s, "plan_status", {"plan": "claude-tasks"})

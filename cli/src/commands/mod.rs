@@ -197,11 +197,14 @@ pub async fn run(cli: Cli) -> Result<()> {
             let choice = match (plan, args.dir) {
                 (Some(plan), _) => crate::mcp::PlanChoice::Named(plan),
                 (None, dir) => {
-                    let cwd = match dir {
-                        Some(dir) => dir,
-                        None => std::env::current_dir()?,
-                    };
-                    crate::mcp::PlanChoice::Project(crate::mcp::project_dir(&cwd))
+                    // Absolute and resolved: the plan is named and titled
+                    // after the directory itself, not how it was spelled.
+                    let cwd = std::env::current_dir()?;
+                    let dir = cwd.join(dir.unwrap_or_else(|| cwd.clone()));
+                    let dir = std::fs::canonicalize(&dir).map_err(|e| {
+                        CliError::usage(format!("--dir {}: {e}", dir.display()))
+                    })?;
+                    crate::mcp::PlanChoice::Project(crate::mcp::project_dir(&dir))
                 }
             };
             crate::mcp::serve(ctx.connector, choice, &args.tools).await

@@ -64,6 +64,22 @@ fn group_of(tool: &str) -> &'static str {
     }
 }
 
+/// How long a tool may wait on the daemon: a wedged daemon or a dead peer
+/// must not hang the agent.
+const CALL_LIMIT: std::time::Duration = std::time::Duration::from_secs(60);
+
+async fn bounded<T>(call: impl std::future::Future<Output = ToolResult<T>>) -> ToolResult<T> {
+    tokio::time::timeout(CALL_LIMIT, call)
+        .await
+        .unwrap_or_else(|_| {
+            Err(ToolError(format!(
+                "todod did not answer within {}s; the change may or may not have been made: \
+             read the list before writing again",
+                CALL_LIMIT.as_secs()
+            )))
+        })
+}
+
 /// A tool's input schema, from its argument type.
 fn input_schema<T: schemars::JsonSchema + 'static>() -> std::sync::Arc<JsonObject> {
     rmcp::handler::server::common::schema_for_input::<T>()
@@ -140,7 +156,6 @@ impl TodoMcp {
         name = "todoread",
         description = "Read your todo list (opencode's shape) with ids, statuses, what blocks \
         what, and its revision.",
-        annotations(read_only_hint = true),
         input_schema = input_schema::<PlanArg>()
     )]
     async fn todoread(&self, Parameters(raw): Parameters<JsonObject>) -> CallToolResult {
@@ -234,7 +249,7 @@ impl TodoMcp {
                 json!({ "task": { "id": task.id, "subject": task.content }, "plan": plan }),
             ))
         };
-        self.settle(result.await)
+        self.settle(bounded(result).await)
     }
 
     #[tool(
@@ -250,7 +265,7 @@ impl TodoMcp {
             Ok(args) => args,
             Err(e) => return view::refusal(e.0),
         };
-        self.settle(self.update_task(args).await)
+        self.settle(bounded(self.update_task(args)).await)
     }
 
     #[tool(
@@ -284,7 +299,7 @@ impl TodoMcp {
                 .collect();
             Ok(view::answer(text, json!({ "plan": plan, "tasks": items })))
         };
-        self.settle(result.await)
+        self.settle(bounded(result).await)
     }
 
     #[tool(
@@ -312,7 +327,7 @@ impl TodoMcp {
             );
             Ok(view::answer(text, json!({ "task": v })))
         };
-        self.settle(result.await)
+        self.settle(bounded(result).await)
     }
 
     // ---- the plan ----
@@ -376,7 +391,7 @@ impl TodoMcp {
                 json!({ "current": current, "plans": listed }),
             ))
         };
-        self.settle(result.await)
+        self.settle(bounded(result).await)
     }
 
     #[tool(
@@ -404,7 +419,7 @@ impl TodoMcp {
             let text = crate::safe::escape_keep_newlines(&crate::style::strip(&text)).into_owned();
             Ok(view::answer(text, value))
         };
-        self.settle(result.await)
+        self.settle(bounded(result).await)
     }
 
     #[tool(
@@ -443,7 +458,7 @@ impl TodoMcp {
                 json!({ "task": crate::json::task(&task), "events": events }),
             ))
         };
-        self.settle(result.await)
+        self.settle(bounded(result).await)
     }
 }
 
@@ -461,7 +476,7 @@ impl TodoMcp {
             self.session.saw(&plan, revision).await;
             Ok(view::list(shape, &plan, revision, &read.todos))
         };
-        self.settle(result.await)
+        self.settle(bounded(result).await)
     }
 
     async fn write(
@@ -485,7 +500,7 @@ impl TodoMcp {
                 Err(conflict) => Ok(view::conflict(shape, &plan, &conflict)),
             }
         };
-        result
+        bounded(result)
             .await
             .unwrap_or_else(|e: ToolError| view::refusal(shape.words(&e.0)))
     }
@@ -536,11 +551,38 @@ impl TodoMcp {
     }
 
     /// TaskUpdate: the task's fields, then its edges, then its status (so a
-    /// blocker added in the same call is already in place). Each step is one
-    /// call; a failure says what was applied before it.
+    /// blocker added in the same call is already in place; a move back to
+    /// pending comes first, since a started task may only gain completed
+    /// blockers). Every id is checked before anything is written; each step
+    /// is one call, and a failure says what was applied before it.
     async fn update_task(&self, args: shapes::TaskUpdate) -> ToolResult<CallToolResult> {
         let id = task_id("taskId", &args.task_id)?;
+        let mut edges = Vec::new();
+        for (field, list) in [
+            ("addBlockedBy", &args.add_blocked_by),
+            ("addBlocks", &args.add_blocks),
+        ] {
+            for (i, other) in list.iter().enumerate() {
+                let other = task_id(&format!("{field}[{i}]"), other)?;
+                edges.push(if field == "addBlockedBy" {
+                    (id.clone(), other, format!("{field} {}", list[i].trim()))
+                } else {
+                    (other, id.clone(), format!("{field} {}", list[i].trim()))
+                });
+            }
+        }
         let mut client = self.session.client().await?;
+        let before = client
+            .get_task(GetTaskRequest { id: id.clone() })
+            .await?
+            .into_inner();
+        if args.status.is_some() && before.kind != "todo" {
+            return Err(ToolError(format!(
+                "{id} is a {} phase that the daemon runs; its status is not an agent's to \
+                 change (see plan_status for its progress)",
+                before.kind
+            )));
+        }
         let mut done: Vec<String> = Vec::new();
         let failed = |done: &[String], e: ToolError| {
             if done.is_empty() {
@@ -568,56 +610,83 @@ impl TodoMcp {
                 })?;
             done.push("fields updated".into());
         }
-        for (field, list) in [
-            ("addBlockedBy", &args.add_blocked_by),
-            ("addBlocks", &args.add_blocks),
-        ] {
-            for (i, other) in list.iter().enumerate() {
-                let other =
-                    task_id(&format!("{field}[{i}]"), other).map_err(|e| failed(&done, e))?;
-                let (task_id, depends_on) = if field == "addBlockedBy" {
-                    (id.clone(), other.clone())
+        let to = args.status.map(shapes::TaskStatus::todod);
+        let mut moved = false;
+        let transition = |client: &crate::client::Client, to: &str| {
+            let request = TransitionTaskRequest {
+                id: id.clone(),
+                to: to.into(),
+                reason: if matches!(args.status, Some(shapes::TaskStatus::Deleted)) {
+                    "deleted by the agent".into()
                 } else {
-                    (other.clone(), id.clone())
-                };
-                client
-                    .add_dependency(DependencyRequest {
-                        task_id,
-                        depends_on,
-                        ..Default::default()
-                    })
-                    .await
-                    .map_err(|s| failed(&done, s.into()))?;
-                done.push(format!("{field} {other}"));
-            }
-        }
-        if let Some(status) = args.status {
-            let task = client
-                .get_task(GetTaskRequest { id: id.clone() })
+                    String::new()
+                },
+                ..Default::default()
+            };
+            let mut client = client.clone();
+            async move { client.transition_task(request).await }
+        };
+        if to == Some("pending") && before.status != "pending" {
+            transition(&client, "pending")
                 .await
-                .map_err(|s| failed(&done, s.into()))?
-                .into_inner();
-            if task.status != status.todod() {
+                .map_err(|s| failed(&done, s.into()))?;
+            done.push("status pending".into());
+            moved = true;
+        }
+        for (task_id, depends_on, said) in edges {
+            client
+                .add_dependency(DependencyRequest {
+                    task_id,
+                    depends_on,
+                    ..Default::default()
+                })
+                .await
+                .map_err(|s| failed(&done, s.into()))?;
+            done.push(said);
+        }
+        let plan = self
+            .plan_tasks(&before.plan)
+            .await
+            .map_err(|e| failed(&done, e))?;
+        if matches!(args.status, Some(shapes::TaskStatus::Deleted)) {
+            // A deleted task blocks nothing any more: its dependents let go
+            // of it (a cancelled blocker would strand them for good).
+            for dependent in plan.iter().filter(|t| t.depends_on.contains(&id)) {
                 client
-                    .transition_task(TransitionTaskRequest {
-                        id: id.clone(),
-                        to: status.todod().into(),
-                        reason: if matches!(status, shapes::TaskStatus::Deleted) {
-                            "deleted by the agent".into()
-                        } else {
-                            String::new()
-                        },
+                    .remove_dependency(DependencyRequest {
+                        task_id: dependent.id.clone(),
+                        depends_on: id.clone(),
                         ..Default::default()
                     })
                     .await
                     .map_err(|s| failed(&done, s.into()))?;
+                done.push(format!("{} no longer waits for it", dependent.id));
             }
         }
-        let task = client.get_task(GetTaskRequest { id }).await?.into_inner();
-        let plan = self.plan_tasks(&task.plan).await?;
+        // A completed task that is deleted stays completed in the history:
+        // its dependents have already let go of it above.
+        let deleting_done = to == Some("cancelled") && before.status == "completed";
+        if let Some(to) = to.filter(|to| *to != "pending" && *to != before.status && !deleting_done)
+        {
+            transition(&client, to)
+                .await
+                .map_err(|s| failed(&done, s.into()))?;
+            done.push(format!("status {to}"));
+            moved = true;
+        }
+        let task = client
+            .get_task(GetTaskRequest { id })
+            .await
+            .map_err(|s| failed(&done, s.into()))?
+            .into_inner();
+        let plan = self
+            .plan_tasks(&task.plan)
+            .await
+            .map_err(|e| failed(&done, e))?;
+        // What this call's completion let go.
         let unblocked: Vec<&str> = plan
             .iter()
-            .filter(|t| task.status == "completed" && t.depends_on.contains(&task.id))
+            .filter(|t| moved && task.status == "completed" && t.depends_on.contains(&task.id))
             .filter(|t| t.readiness == "ready")
             .map(|t| t.id.as_str())
             .collect();

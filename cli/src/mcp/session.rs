@@ -44,6 +44,10 @@ impl From<tonic::Status> for ToolError {
             Code::FailedPrecondition => format!("refused: {why}"),
             Code::AlreadyExists => format!("already exists: {why}"),
             Code::Aborted => format!("conflict: {why}"),
+            Code::Unknown | Code::Cancelled => format!(
+                "the connection to todod broke ({why}); the change may or may not have \
+                 been made: read the list before writing again"
+            ),
             Code::Unavailable => format!(
                 "the todod daemon is not reachable ({why}); it may have stopped. \
                  Ask the user to start it with `todod`, then try again"
@@ -78,6 +82,8 @@ struct State {
     plan: Option<String>,
     /// Per plan: the revision this session last showed the model.
     seen: HashMap<String, i64>,
+    /// Per plan: the list of the last refused write, until one goes through.
+    refused: HashMap<String, u64>,
 }
 
 impl Session {
@@ -123,8 +129,10 @@ impl Session {
             PlanChoice::Named(name) => name,
             PlanChoice::Project(dir) => self.project_plan(&dir).await?,
         };
-        self.state.lock().await.plan = Some(plan.clone());
-        Ok(plan)
+        // The `plan` tool may have chosen one meanwhile (calls run
+        // concurrently): that choice stands.
+        let mut state = self.state.lock().await;
+        Ok(state.plan.get_or_insert(plan).clone())
     }
 
     /// Switches the session to another plan (the `plan` tool).
@@ -145,42 +153,51 @@ impl Session {
         let base = plan_name_for(dir);
         for name in [base.clone(), format!("{base}-{}", path_hash(&title))] {
             let mut client = self.client().await?;
-            match client
-                .get_plan(GetPlanRequest {
-                    name: name.clone(),
-                    highlight_limit: 1,
-                })
-                .await
-            {
-                Ok(summary) => {
-                    let plan = summary.into_inner().plan.unwrap_or_default();
-                    if plan.title.is_empty() || plan.title == title {
-                        return Ok(name);
+            // Twice at most: a plan made by another session meanwhile is
+            // looked at again, since it may be another directory's.
+            for _ in 0..2 {
+                let found = client
+                    .get_plan(GetPlanRequest {
+                        name: name.clone(),
+                        highlight_limit: 1,
+                    })
+                    .await;
+                match found {
+                    // Ours only if titled with this directory: an untitled
+                    // plan (made by todoctl or another client) is nobody's
+                    // project, and adopting it would let every directory of
+                    // that name share one list.
+                    Ok(summary) => {
+                        let plan = summary.into_inner().plan.unwrap_or_default();
+                        if plan.title == title {
+                            return Ok(name);
+                        }
+                        break;
                     }
-                }
-                Err(s) if s.code() == Code::NotFound => {
-                    let created = client
-                        .create_plan(CreatePlanRequest {
-                            name: name.clone(),
-                            title: title.clone(),
-                        })
-                        .await;
-                    match created {
-                        Ok(_) => return Ok(name),
-                        // Another session made it meanwhile: look again.
-                        Err(s) if s.code() == Code::AlreadyExists => return Ok(name),
-                        Err(s) => return Err(s.into()),
+                    Err(s) if s.code() == Code::NotFound => {
+                        let created = client
+                            .create_plan(CreatePlanRequest {
+                                name: name.clone(),
+                                title: title.clone(),
+                            })
+                            .await;
+                        match created {
+                            Ok(_) => return Ok(name),
+                            Err(s) if s.code() == Code::AlreadyExists => continue,
+                            Err(s) => return Err(rename(s, &[("name", "plan")])),
+                        }
                     }
-                }
-                Err(s) => {
-                    self.failed(&s).await;
-                    return Err(s.into());
+                    Err(s) => {
+                        self.failed(&s).await;
+                        return Err(s.into());
+                    }
                 }
             }
         }
         Err(ToolError(format!(
-            "the plans {base:?} and its hashed name belong to other directories; \
-             name one with the `plan` tool"
+            "the plans {base:?} and {base}-{} belong to other directories or to no \
+             project; name one with the `plan` tool",
+            path_hash(&title)
         )))
     }
 
@@ -235,27 +252,44 @@ impl Session {
         revision: Option<i64>,
         reason: &str,
     ) -> ToolResult<Result<WriteTodosResponse, Conflict>> {
-        let seen = self.state.lock().await.seen.get(plan).copied();
-        let expected = match revision.filter(|r| *r > 0).or(seen) {
+        let explicit = revision.filter(|r| *r > 0);
+        let fingerprint = fingerprint(&items);
+        let (seen, refused) = {
+            let state = self.state.lock().await;
+            (
+                state.seen.get(plan).copied(),
+                state.refused.get(plan).copied(),
+            )
+        };
+        let expected = match explicit.or(seen) {
+            // The very list refused a moment ago, sent again without the
+            // revision: it was not merged, and would undo what the other
+            // writer did.
+            Some(_) if explicit.is_none() && refused == Some(fingerprint) => {
+                let current = self.read(plan).await?;
+                return Ok(Err(Conflict {
+                    why: "this is the same list that was just refused; writing it would undo \
+                          the changes shown below. Merge them in, or pass the revision \
+                          to replace the list on purpose"
+                        .into(),
+                    current,
+                }));
+            }
             Some(revision) => revision,
             None => {
-                // Nothing shown yet: the write must name what the list holds.
+                // This session has shown nothing yet: a list that already
+                // holds items (a previous session's, another agent's) is not
+                // replaced unseen, even by a write that names them all,
+                // since its statuses may be stale.
                 let current = self.read(plan).await?;
                 let revision = current.plan.as_ref().map_or(0, |p| p.revision);
-                let unnamed: Vec<&todod_proto::Task> = current
-                    .todos
-                    .iter()
-                    .filter(|t| t.kind == "todo")
-                    .filter(|t| !items.iter().any(|i| i.id == t.id || i.content == t.content))
-                    .collect();
-                if !unnamed.is_empty() {
-                    self.saw(plan, revision).await;
+                let held = current.todos.iter().filter(|t| t.kind == "todo").count();
+                if held > 0 {
+                    self.refused(plan, revision, fingerprint).await;
                     return Ok(Err(Conflict {
                         why: format!(
-                            "plan {plan:?} already holds {} item(s) from earlier work that this \
-                             list does not name; a write replaces the whole list, so they would \
-                             be archived",
-                            unnamed.len()
+                            "plan {plan:?} already holds {held} item(s) from earlier work, which \
+                             this session has not read; a write replaces the whole list"
                         ),
                         current,
                     }));
@@ -275,20 +309,21 @@ impl Session {
         match written {
             Ok(w) => {
                 let w = w.into_inner();
+                let mut state = self.state.lock().await;
+                state.refused.remove(plan);
                 if let Some(p) = &w.plan {
-                    self.saw(plan, p.revision).await;
+                    state.seen.insert(plan.to_string(), p.revision);
                 }
                 Ok(Ok(w))
             }
             Err(s) if s.code() == Code::Aborted => {
                 let current = self.read(plan).await?;
-                if let Some(p) = &current.plan {
-                    self.saw(plan, p.revision).await;
-                }
+                let revision = current.plan.as_ref().map_or(0, |p| p.revision);
+                self.refused(plan, revision, fingerprint).await;
                 Ok(Err(Conflict {
                     why: format!(
-                        "the list changed since revision {expected} (another agent or a \
-                         person wrote it)"
+                        "the list changed since revision {expected} (another agent or a person \
+                         wrote it, or this session's task tools did)"
                     ),
                     current,
                 }))
@@ -298,6 +333,13 @@ impl Session {
                 Err(s.into())
             }
         }
+    }
+
+    /// A refused write: the list it was shown with, and what was refused.
+    async fn refused(&self, plan: &str, revision: i64, fingerprint: u64) {
+        let mut state = self.state.lock().await;
+        state.seen.insert(plan.to_string(), revision);
+        state.refused.insert(plan.to_string(), fingerprint);
     }
 }
 
@@ -317,6 +359,23 @@ pub fn rename(s: tonic::Status, names: &[(&str, &str)]) -> ToolError {
 pub struct Conflict {
     pub why: String,
     pub current: ReadTodosResponse,
+}
+
+/// What a list write says, to tell the same list sent again.
+fn fingerprint(items: &[TodoItem]) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    for i in items {
+        (
+            &i.id,
+            &i.content,
+            &i.status,
+            &i.priority,
+            &i.metadata_patch_json,
+        )
+            .hash(&mut h);
+    }
+    h.finish()
 }
 
 /// A plan name from a directory's name: letters, digits and `._:-`, the

@@ -6,7 +6,10 @@ use serde::Deserialize;
 use serde_json::{json, Map, Value};
 use todod_proto::{Task, TodoItem};
 
-/// Statuses of opencode's and Gemini CLI's lists.
+/// An item's status. The agents' own lists know pending, in_progress and
+/// completed (opencode and Gemini CLI also cancelled); todod's lists also
+/// hold cancelled and failed items, which a list read back must be able to
+/// say again unchanged.
 #[derive(Debug, Clone, Copy, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ListStatus {
@@ -14,16 +17,10 @@ pub enum ListStatus {
     InProgress,
     Completed,
     Cancelled,
+    Failed,
 }
 
-/// Statuses of Claude Code's TodoWrite and Codex's update_plan.
-#[derive(Debug, Clone, Copy, Deserialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum StepStatus {
-    Pending,
-    InProgress,
-    Completed,
-}
+pub type StepStatus = ListStatus;
 
 #[derive(Debug, Clone, Copy, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
@@ -40,16 +37,7 @@ impl ListStatus {
             ListStatus::InProgress => "in_progress",
             ListStatus::Completed => "completed",
             ListStatus::Cancelled => "cancelled",
-        }
-    }
-}
-
-impl StepStatus {
-    fn as_str(self) -> &'static str {
-        match self {
-            StepStatus::Pending => "pending",
-            StepStatus::InProgress => "in_progress",
-            StepStatus::Completed => "completed",
+            ListStatus::Failed => "failed",
         }
     }
 }
@@ -124,6 +112,10 @@ impl OpencodeWrite {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ClaudeTodo {
+    /// The item's id from an earlier answer (like "t42"), to keep it the
+    /// same task when its text changes; leave out for a new item.
+    #[serde(default)]
+    pub id: Option<String>,
     /// What needs to be done, imperative ("Run the tests")
     pub content: String,
     pub status: StepStatus,
@@ -147,6 +139,7 @@ impl ClaudeWrite {
         self.todos
             .iter()
             .map(|t| TodoItem {
+                id: t.id.clone().unwrap_or_default(),
                 content: t.content.clone(),
                 status: t.status.as_str().into(),
                 metadata_patch_json: t
@@ -164,6 +157,10 @@ impl ClaudeWrite {
 
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct CodexStep {
+    /// The item's id from an earlier answer (like "t42"), to keep it the
+    /// same task when its text changes; leave out for a new item.
+    #[serde(default)]
+    pub id: Option<String>,
     /// One step of the plan
     pub step: String,
     pub status: StepStatus,
@@ -196,6 +193,7 @@ impl CodexPlan {
         self.plan
             .iter()
             .map(|s| TodoItem {
+                id: s.id.clone().unwrap_or_default(),
                 content: s.step.clone(),
                 status: s.status.as_str().into(),
                 ..Default::default()
@@ -208,6 +206,10 @@ impl CodexPlan {
 
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct GeminiTodo {
+    /// The item's id from an earlier answer (like "t42"), to keep it the
+    /// same task when its text changes; leave out for a new item.
+    #[serde(default)]
+    pub id: Option<String>,
     /// What the task is
     pub description: String,
     pub status: ListStatus,
@@ -226,6 +228,7 @@ impl GeminiWrite {
         self.todos
             .iter()
             .map(|t| TodoItem {
+                id: t.id.clone().unwrap_or_default(),
                 content: t.description.clone(),
                 status: t.status.as_str().into(),
                 ..Default::default()
