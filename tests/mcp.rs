@@ -103,8 +103,9 @@ async fn agents_keep_their_lists_in_todod_through_mcp() {
     assert!(events
         .iter()
         .any(|e| e.r#type == "task_created" && e.reason == "split the work"));
+    // The MCP client's own name is the actor of what it changed.
     assert!(
-        events.iter().all(|e| e.actor == "todoctl-mcp"),
+        events.iter().all(|e| e.actor == "mcp:agents-test"),
         "{events:?}"
     );
 

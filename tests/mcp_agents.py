@@ -15,6 +15,7 @@ from contextlib import AsyncExitStack
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.shared.exceptions import MCPError
+from mcp import types
 
 TODOCTL, ADDR, PROJECT = sys.argv[1], sys.argv[2], sys.argv[3]
 ALL_TOOLS = {
@@ -33,9 +34,13 @@ def server(*extra, addr=ADDR, cwd=PROJECT):
     )
 
 
+AGENT = types.Implementation(name="agents-test", version="1.0")
+
+
 async def session(stack, *extra, **kw):
     read, write = await stack.enter_async_context(stdio_client(server(*extra, **kw)))
-    s = await stack.enter_async_context(ClientSession(read, write))
+    # The client's name is the actor of its changes (mcp:agents-test).
+    s = await stack.enter_async_context(ClientSession(read, write, client_info=AGENT))
     await s.initialize()
     return s
 

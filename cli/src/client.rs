@@ -139,6 +139,18 @@ impl Connector {
         })
     }
 
+    /// The same address and token, another client name.
+    pub fn with_client_name(&self, name: &str) -> Result<Connector, CliError> {
+        let token = self
+            .metadata
+            .auth
+            .as_ref()
+            .and_then(|a| a.to_str().ok())
+            .and_then(|a| a.strip_prefix("Bearer "))
+            .map(str::to_string);
+        Connector::new(&self.addr, token.as_deref(), name)
+    }
+
     /// Dials the daemon. A failure is reported as "cannot reach todod" (exit 5).
     pub async fn connect(&self) -> Result<Client, CliError> {
         let unreachable = |e: tonic::transport::Error| {

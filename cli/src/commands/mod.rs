@@ -207,7 +207,8 @@ pub async fn run(cli: Cli) -> Result<()> {
                     crate::mcp::PlanChoice::Project(crate::mcp::project_dir(&dir))
                 }
             };
-            crate::mcp::serve(ctx.connector, choice, &args.tools).await
+            let named = g.client_name != "todoctl";
+            crate::mcp::serve(ctx.connector, named, choice, &args.tools).await
         }
         Command::Man => {
             use clap::CommandFactory;

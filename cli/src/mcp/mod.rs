@@ -16,7 +16,9 @@ use std::sync::Arc;
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{CallToolResult, Implementation, JsonObject, ServerCapabilities, ServerConfig};
-use rmcp::{tool, tool_handler, tool_router, ServerHandler, ServiceExt};
+use rmcp::model::{InitializeRequestParams, InitializeResult};
+use rmcp::service::RequestContext;
+use rmcp::{tool, tool_handler, tool_router, ErrorData, RoleServer, ServerHandler, ServiceExt};
 use serde_json::json;
 use todod_proto::{
     CreatePlanRequest, CreateTaskRequest, DependencyRequest, GetTaskRequest, ListEventsRequest,
@@ -43,12 +45,15 @@ pub struct TodoMcp {
 }
 
 /// Serves MCP on stdin/stdout until the client closes it.
+/// `named`: the user gave `--client-name`, which is then the actor of every
+/// change; else it is the MCP client's own name (`mcp:claude-code`).
 pub async fn serve(
     connector: crate::client::Connector,
+    named: bool,
     choice: PlanChoice,
     groups: &[String],
 ) -> anyhow::Result<()> {
-    let server = TodoMcp::new(connector, choice, groups);
+    let server = TodoMcp::new(connector, named, choice, groups);
     let running = server.serve(rmcp::transport::stdio()).await?;
     running.waiting().await?;
     Ok(())
@@ -116,7 +121,12 @@ fn task_id(field: &str, id: &str) -> ToolResult<String> {
 
 #[tool_router]
 impl TodoMcp {
-    pub fn new(connector: crate::client::Connector, choice: PlanChoice, groups: &[String]) -> Self {
+    pub fn new(
+        connector: crate::client::Connector,
+        named: bool,
+        choice: PlanChoice,
+        groups: &[String],
+    ) -> Self {
         let mut tool_router = Self::tool_router();
         let names: Vec<String> = tool_router
             .list_all()
@@ -129,7 +139,7 @@ impl TodoMcp {
             }
         }
         TodoMcp {
-            session: Arc::new(Session::new(connector, choice)),
+            session: Arc::new(Session::new(connector, named, choice)),
             tool_router,
         }
     }
@@ -703,6 +713,17 @@ impl TodoMcp {
 
 #[tool_handler(router = self.tool_router)]
 impl ServerHandler for TodoMcp {
+    /// As rmcp's, and the client's name kept as the actor of its changes.
+    async fn initialize(
+        &self,
+        request: InitializeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<InitializeResult, ErrorData> {
+        self.session.set_peer(&request.client_info.name);
+        context.peer.set_peer_info(request.clone());
+        self.negotiate_initialize(&request)
+    }
+
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
             .with_server_info(Implementation::new("todod", env!("CARGO_PKG_VERSION")))
@@ -761,9 +782,9 @@ mod tests {
     fn tool_groups_choose_the_tools() {
         let connector = crate::client::Connector::new("http://127.0.0.1:1", None, "t").unwrap();
         let choice = PlanChoice::Named("p".into());
-        let all = TodoMcp::new(connector.clone(), choice.clone(), &["all".into()]);
+        let all = TodoMcp::new(connector.clone(), false, choice.clone(), &["all".into()]);
         assert_eq!(all.tool_router.list_all().len(), 12);
-        let some = TodoMcp::new(connector, choice, &["codex".into(), "plan".into()]);
+        let some = TodoMcp::new(connector, false, choice, &["codex".into(), "plan".into()]);
         let mut names: Vec<String> = some
             .tool_router
             .list_all()

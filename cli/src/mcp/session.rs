@@ -71,6 +71,10 @@ pub type ToolResult<T> = Result<T, ToolError>;
 
 pub struct Session {
     connector: Connector,
+    /// Whether the user named the client (`--client-name`); else the MCP
+    /// client's own name is recorded as the actor (`mcp:opencode`).
+    named: bool,
+    peer: std::sync::Mutex<Option<String>>,
     choice: Mutex<PlanChoice>,
     state: Mutex<State>,
 }
@@ -87,11 +91,38 @@ struct State {
 }
 
 impl Session {
-    pub fn new(connector: Connector, choice: PlanChoice) -> Self {
+    pub fn new(connector: Connector, named: bool, choice: PlanChoice) -> Self {
         Session {
             connector,
+            named,
+            peer: std::sync::Mutex::new(None),
             choice: Mutex::new(choice),
             state: Mutex::new(State::default()),
+        }
+    }
+
+    /// The MCP client's name from its `initialize` (`clientInfo.name`):
+    /// letters, digits and `._-` of it, so it can travel as metadata.
+    pub fn set_peer(&self, name: &str) {
+        let name: String = name
+            .chars()
+            .filter(|c| c.is_ascii_alphanumeric() || "._-".contains(*c))
+            .take(64)
+            .collect();
+        if !name.is_empty() {
+            *self.peer.lock().unwrap_or_else(|p| p.into_inner()) = Some(name);
+        }
+    }
+
+    /// How to reach the daemon, naming this session's agent.
+    fn connector(&self) -> Connector {
+        let peer = self.peer.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        match peer {
+            Some(peer) if !self.named => self
+                .connector
+                .with_client_name(&format!("mcp:{peer}"))
+                .unwrap_or_else(|_| self.connector.clone()),
+            _ => self.connector.clone(),
         }
     }
 
@@ -101,7 +132,7 @@ impl Session {
         if let Some(client) = &state.client {
             return Ok(client.clone());
         }
-        let client = self.connector.connect().await?;
+        let client = self.connector().connect().await?;
         state.client = Some(client.clone());
         Ok(client)
     }
