@@ -34,13 +34,15 @@ fn pty() -> (OwnedFd, OwnedFd) {
 }
 
 /// Everything the terminal received so far.
-struct Screen(Arc<Mutex<Vec<u8>>>);
+struct Screen(Arc<Mutex<Vec<u8>>>, std::sync::mpsc::Receiver<()>);
 
 impl Screen {
     fn read_from(master: OwnedFd) -> Screen {
         let bytes = Arc::new(Mutex::new(Vec::new()));
         let sink = bytes.clone();
+        let (closed, on_close) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
+            let _closed = closed; // dropped at the end: the terminal is closed
             let mut file = std::fs::File::from(master);
             let mut buf = [0u8; 4096];
             // Ends with EIO once the last writer has closed its side.
@@ -51,7 +53,15 @@ impl Screen {
                 sink.lock().unwrap().extend_from_slice(&buf[..n]);
             }
         });
-        Screen(bytes)
+        Screen(bytes, on_close)
+    }
+
+    /// Everything the terminal received, once its writers have all closed
+    /// it (the process ended and the test let go of its `Command`): the
+    /// reader may lag behind the exit under load.
+    fn all(&self) -> String {
+        let _ = self.1.recv_timeout(PATIENCE);
+        self.text()
     }
 
     fn text(&self) -> String {
@@ -113,6 +123,7 @@ fn the_live_status_redraws_in_place_and_ends_with_the_work() {
     let [build, ship] = <[String; 2]>::try_from(strings(&out["created"])).expect("two");
     let (mut cmd, screen) = live_on_a_terminal(&env, plan, &[]);
     let child = cmd.spawn().expect("spawn todoctl");
+    drop(cmd); // its copy of the terminal, so that the end is seen
     screen.wait_for("in progress:");
     env.ok(&["done", &build]);
     env.ok(&["start", &ship]);
@@ -120,8 +131,8 @@ fn the_live_status_redraws_in_place_and_ends_with_the_work() {
     screen.wait_for(&format!("\u{1b}[36m[~]\u{1b}[0m {ship}"));
     env.ok(&["done", &ship]);
     let status = exit_of(child);
-    assert_eq!(status.code(), Some(0), "{:?}", screen.text());
-    let text = screen.text();
+    let text = screen.all();
+    assert_eq!(status.code(), Some(0), "{text:?}");
     assert!(text.contains("\u{1b}[J"), "{text:?}");
     assert!(
         text.matches("F\u{1b}[J").count() >= 2,
@@ -142,11 +153,12 @@ fn watching_a_task_on_a_terminal_redraws_and_ends_with_the_task() {
     let [build, ship] = <[String; 2]>::try_from(strings(&out["created"])).expect("two");
     let (mut cmd, screen) = on_a_terminal(&env, &["watch", &build], &[]);
     let child = cmd.spawn().expect("spawn todoctl");
+    drop(cmd); // its copy of the terminal, so that the end is seen
     screen.wait_for("in progress:");
     env.ok(&["done", &build]);
     let status = exit_of(child);
-    assert_eq!(status.code(), Some(0), "{:?}", screen.text());
-    let text = screen.text();
+    let text = screen.all();
+    assert_eq!(status.code(), Some(0), "{text:?}");
     assert!(text.contains("F\u{1b}[J"), "not redrawn in place: {text:?}");
     // The plan goes on (Ship is still to do): only the task has ended.
     assert!(text.contains("1 pending"), "{text:?}");
@@ -165,11 +177,12 @@ fn no_color_is_honoured_and_a_failure_ends_with_its_exit_code() {
     let [build] = <[String; 1]>::try_from(strings(&out["created"])).expect("one");
     let (mut cmd, screen) = live_on_a_terminal(&env, plan, &[("NO_COLOR", "1")]);
     let child = cmd.spawn().expect("spawn todoctl");
+    drop(cmd); // its copy of the terminal, so that the end is seen
     screen.wait_for("in progress:");
     env.ok(&["fail", &build, "--reason", "compiler crashed"]);
     let status = exit_of(child);
-    assert_eq!(status.code(), Some(10), "{:?}", screen.text());
-    let text = screen.text();
+    let text = screen.all();
+    assert_eq!(status.code(), Some(10), "{text:?}");
     assert!(
         text.contains(&format!("failed:\r\n    [!] {build}  Build")),
         "{text:?}"
@@ -211,7 +224,7 @@ fn piped_it_is_a_line_per_event_with_no_escape_codes() {
     }));
     let status = exit_of(child);
     assert_eq!(status.code(), Some(0));
-    seen.extend(lines.try_iter());
+    seen.extend(lines.iter()); // to the end of its output, however the reader lags
     let text = seen.join("\n");
     assert!(!text.contains('\u{1b}'), "{text:?}");
     // The history is not replayed as events.

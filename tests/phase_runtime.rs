@@ -308,31 +308,14 @@ async fn over_the_limit_fails_and_retry_finishes_the_job() {
 /// is restored: archiving stops the work, it does not just hide it.
 #[tokio::test]
 async fn the_daemon_runs_no_phase_task_of_an_archived_plan() {
-    use todod::domain::{Kind, Priority};
-    use todod::store::{NewTask, Store, WriteContext};
+    use todod::domain::Kind;
+    use todod::store::{Store, WriteContext};
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(&dir.path().join("todod.db")).await.unwrap();
     let ctx = WriteContext::default();
     store.create_plan("shelved", "", &ctx).await.unwrap();
-    let task = store
-        .create_task(
-            &NewTask {
-                plan: "shelved".into(),
-                content: "generate".into(),
-                priority: Priority::Medium,
-                kind: Kind::Generation,
-                spec: r#"{"n":1}"#.into(),
-                claims: vec![],
-                depends_on: vec![],
-                requires_dependency: None,
-                owner: None,
-                metadata: None,
-            },
-            &ctx,
-        )
-        .await
-        .unwrap()
-        .id;
+    let task =
+        todod_e2e::stored_phase_task(&store, "shelved", Kind::Generation, r#"{"n":1}"#).await;
     let runnable = |store: Store| async move {
         let tasks = store.runnable_phase_tasks().await.unwrap();
         tasks.iter().any(|t| t.id == task)

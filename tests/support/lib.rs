@@ -708,22 +708,21 @@ pub async fn abandoned_generation(
     abandoned_phase(store, plan, todod::domain::Kind::Generation, &spec, attempt).await
 }
 
-/// A phase task of `kind` in `plan`, in progress and leased to `attempt`,
-/// written straight into `store` (the plan must exist or be creatable).
-pub async fn abandoned_phase(
+/// A pending phase task of `kind` in `plan`, written straight into `store`
+/// (no spec checks beyond the shape; the plan must exist or be creatable).
+pub async fn stored_phase_task(
     store: &Store,
     plan: &str,
     kind: todod::domain::Kind,
     spec: &str,
-    attempt: &str,
 ) -> todod::domain::TaskId {
-    use todod::domain::{Priority, Status};
+    use todod::domain::Priority;
     use todod::store::{NewTask, WriteContext};
     let ctx = WriteContext {
         actor: "test".into(),
         ..Default::default()
     };
-    let task = store
+    store
         .create_task(
             &NewTask {
                 plan: plan.into(),
@@ -741,7 +740,25 @@ pub async fn abandoned_phase(
         )
         .await
         .unwrap()
-        .id;
+        .id
+}
+
+/// A phase task of `kind` in `plan`, in progress and leased to `attempt`,
+/// written straight into `store` (the plan must exist or be creatable).
+pub async fn abandoned_phase(
+    store: &Store,
+    plan: &str,
+    kind: todod::domain::Kind,
+    spec: &str,
+    attempt: &str,
+) -> todod::domain::TaskId {
+    use todod::domain::Status;
+    use todod::store::WriteContext;
+    let ctx = WriteContext {
+        actor: "test".into(),
+        ..Default::default()
+    };
+    let task = stored_phase_task(store, plan, kind, spec).await;
     store
         .transition(task, Status::InProgress, &ctx)
         .await

@@ -39,6 +39,20 @@ fn stuck(tasks: &[Task]) -> std::collections::HashSet<String> {
     }
 }
 
+/// A change that can end a wait (or a watch): any task's status, or the
+/// graph (a dependency failing strands the task waited for).
+pub(super) fn may_end(e: &todod_proto::Event) -> bool {
+    matches!(
+        e.r#type.as_str(),
+        "status_changed"
+            | "task_created"
+            | "archived"
+            | "restored"
+            | "dependency_added"
+            | "dependency_removed"
+    )
+}
+
 /// How a wait for `watched` (all of them when empty) ended, if it has.
 pub(super) fn outcome(tasks: &[Task], watched: &[String]) -> Option<Exit> {
     let stuck = stuck(tasks);
@@ -170,18 +184,7 @@ pub async fn wait(
         match next {
             // A change of any task's status, or of the graph, can end the
             // wait (a dependency failing strands the task waited for).
-            Some(Ok(e)) => {
-                look = e.plan_revision > seen_revision
-                    && matches!(
-                        e.r#type.as_str(),
-                        "status_changed"
-                            | "task_created"
-                            | "archived"
-                            | "restored"
-                            | "dependency_added"
-                            | "dependency_removed"
-                    );
-            }
+            Some(Ok(e)) => look = e.plan_revision > seen_revision && may_end(&e),
             Some(Err(status)) => return Err(status.into()),
             None => {
                 return Err(CliError::new(

@@ -132,19 +132,6 @@ async fn ended(ctx: &Ctx, client: &mut Client, target: &Target) -> Result<(i64, 
     Ok((revision, Some(exit)))
 }
 
-/// A change that can end a watch (as in `wait`).
-fn may_end(e: &Event) -> bool {
-    matches!(
-        e.r#type.as_str(),
-        "status_changed"
-            | "task_created"
-            | "archived"
-            | "restored"
-            | "dependency_added"
-            | "dependency_removed"
-    )
-}
-
 async fn follow(ctx: &Ctx, target: &Target, start: Start) -> Result<()> {
     let plan = target.plan.as_str();
     let (mut last_seq, mut from_now) = match start {
@@ -219,7 +206,9 @@ async fn follow(ctx: &Ctx, target: &Target, start: Start) -> Result<()> {
                             if mine {
                                 print_event(ctx, &event)?;
                             }
-                            if target.ends && event.plan_revision > seen_revision && may_end(&event)
+                            if target.ends
+                                && event.plan_revision > seen_revision
+                                && super::wait::may_end(&event)
                             {
                                 let (revision, exit) = ended(ctx, &mut c, target).await?;
                                 seen_revision = revision;
