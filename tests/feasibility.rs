@@ -74,21 +74,6 @@ fn result(task: &proto::Task) -> Value {
         .unwrap_or_else(|e| panic!("result_json {:?}: {e}", task.result_json))
 }
 
-async fn events(c: &mut Client, task: &str, kind: &str) -> Vec<proto::Event> {
-    c.list_events(proto::ListEventsRequest {
-        task_id: task.into(),
-        limit: 10_000,
-        ..Default::default()
-    })
-    .await
-    .unwrap()
-    .into_inner()
-    .events
-    .into_iter()
-    .filter(|e| e.r#type == kind)
-    .collect()
-}
-
 fn lines(path: &Path) -> usize {
     std::fs::read_to_string(path)
         .unwrap_or_default()
@@ -321,7 +306,12 @@ async fn a_budget_the_projection_exceeds_stops_the_generation_until_a_retry() {
     assert_eq!(passed.status, "completed", "{}", passed.error);
     assert_eq!(result(&passed)["verdict"], "go");
     // Each run's result stays in the history.
-    assert_eq!(events(&mut c, &feasibility, "result").await.len(), 2);
+    assert_eq!(
+        todod_e2e::task_events(&mut c, &feasibility, "result")
+            .await
+            .len(),
+        2
+    );
     let generated = wait_ended(&mut c, "gate", &generation).await;
     assert_eq!(generated.status, "completed", "{}", generated.error);
     assert_eq!(lines(&dir.path().join("out.jsonl")), 100);
@@ -358,7 +348,7 @@ async fn generation_held_to_its_projection(halve_after: Option<i64>) -> Vec<prot
     }
     let done = wait_ended(&mut c, "drift", &generation).await;
     assert_eq!(done.status, "completed", "{}", done.error);
-    events(&mut c, &generation, "drift").await
+    todod_e2e::task_events(&mut c, &generation, "drift").await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -524,7 +514,7 @@ async fn a_remeasure_holds_the_run_and_the_drift_check_follows_the_server_it_fou
         "the server had {} requests at once: the run was not held while it was measured",
         mock.max_in_flight()
     );
-    let drifts = events(&mut c, &generation, "drift").await;
+    let drifts = todod_e2e::task_events(&mut c, &generation, "drift").await;
     assert_eq!(
         drifts.len(),
         1,
@@ -532,7 +522,7 @@ async fn a_remeasure_holds_the_run_and_the_drift_check_follows_the_server_it_fou
     );
     let last: Value = serde_json::from_str(&done.progress.as_ref().unwrap().detail_json).unwrap();
     assert_eq!(last["drifting"], false, "{last}");
-    let firings = events(&mut c, &generation, "schedule_fired").await;
+    let firings = todod_e2e::task_events(&mut c, &generation, "schedule_fired").await;
     assert_eq!(firings.len(), 1, "one slot, one firing");
     // The time the run was held is its wall time, but was not projected:
     // the result says how much, and compares without it.

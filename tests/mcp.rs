@@ -41,6 +41,7 @@ async fn agents_keep_their_lists_in_todod_through_mcp() {
             .arg(binary("todoctl"))
             .arg(url)
             .arg(cwd)
+            .arg(binary("todod"))
             .output()
             .expect("run mcp_agents.py")
     })

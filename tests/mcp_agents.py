@@ -1,14 +1,17 @@
 """Drives `todoctl mcp` with the official Python MCP client, as the agents
 people run would: over stdio, against a real daemon. Run by tests/mcp.rs:
 
-    python mcp_agents.py TODOCTL ADDR PROJECT_DIR
+    python mcp_agents.py TODOCTL ADDR PROJECT_DIR TODOD
 
 Each check asserts; at the end one JSON line on stdout says what the daemon
 should now hold, which tests/mcp.rs checks over gRPC.
 """
 import asyncio
 import json
+import os
+import subprocess
 import sys
+import tempfile
 import traceback
 from contextlib import AsyncExitStack
 
@@ -17,7 +20,7 @@ from mcp.client.stdio import stdio_client
 from mcp.shared.exceptions import MCPError
 from mcp import types
 
-TODOCTL, ADDR, PROJECT = sys.argv[1], sys.argv[2], sys.argv[3]
+TODOCTL, ADDR, PROJECT, TODOD = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
 ALL_TOOLS = {
     "todowrite", "todoread", "TodoWrite", "TaskCreate", "TaskUpdate", "TaskList",
     "TaskGet", "update_plan", "write_todos", "plan", "plan_status", "task_history",
@@ -293,6 +296,37 @@ async def tool_groups_and_a_dead_daemon(stack):
     assert "Traceback" not in text
 
 
+async def a_daemon_restart_is_survived(stack):
+    """The daemon killed under a running MCP server: a tool error saying so,
+    then, once it is back, the same list (it was committed) and a working
+    server, without restarting the MCP server."""
+    state = tempfile.mkdtemp()
+    socket = os.path.join(state, "todod.sock")
+
+    def start():
+        daemon = subprocess.Popen(
+            [TODOD, "--state-dir", state, "--listen", "none", "--socket", socket],
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        daemon.stdout.readline()  # its readiness line: listening
+        return daemon
+
+    daemon = start()
+    try:
+        s = await session(stack, "--plan", "restart", addr=f"unix:{socket}")
+        await ok(s, "todoread", {})
+        await ok(s, "todowrite", {"todos": [{"content": "kept", "status": "in_progress"}]})
+        daemon.kill()
+        daemon.wait()
+        await refused(s, "todoread", {}, "not reachable")
+        daemon = start()
+        back, _ = await ok(s, "todoread", {})
+        assert [(t["content"], t["status"]) for t in back["todos"]] == [("kept", "in_progress")], back
+        await ok(s, "todowrite", {"todos": back["todos"] + [{"content": "after", "status": "pending"}]})
+    finally:
+        daemon.kill()
+        daemon.wait()
+
+
 async def main():
     out = {}
     async with AsyncExitStack() as stack:
@@ -304,6 +338,7 @@ async def main():
         await a_stale_write_without_a_revision_is_refused(stack)
         await bad_arguments_are_tool_errors(s)
         await tool_groups_and_a_dead_daemon(stack)
+        await a_daemon_restart_is_survived(stack)
         status, text = await ok(s, "plan_status", {"plan": "claude-tasks"})
         assert "claude-tasks" in text and status["plan"]["name"] == "claude-tasks", status
     print(json.dumps(out))

@@ -450,44 +450,73 @@ pub async fn create_generation(c: &mut Client, plan: &str, spec: String) -> Stri
         .unwrap_or_else(|e| panic!("create: {e}"))
 }
 
+/// Asks `look` again at each new event of `plan` until it answers: the
+/// plan's event stream is the signal, followed from now (subscribed before
+/// the first look, so nothing falls in between). A stream that goes two
+/// minutes without an event fails the caller, with `what` it waited for.
+pub async fn until<T>(
+    c: &mut Client,
+    plan: &str,
+    what: &str,
+    mut look: impl AsyncFnMut(&mut Client) -> Option<T>,
+) -> T {
+    use futures::StreamExt;
+    let mut events = c
+        .watch_plan(proto::WatchPlanRequest {
+            plan: plan.into(),
+            from_now: true,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    loop {
+        if let Some(found) = look(c).await {
+            return found;
+        }
+        tokio::time::timeout(Duration::from_secs(120), events.next())
+            .await
+            .unwrap_or_else(|_| panic!("no event for two minutes while waiting for {what}"))
+            .expect("the watch ended")
+            .unwrap();
+    }
+}
+
 /// Follows the plan's events until `done` holds for `task`; returns the task.
-/// A stream that goes two minutes without an event fails the caller.
 pub async fn wait_task(
     c: &mut Client,
     plan: &str,
     task: &str,
     done: impl Fn(&proto::Task) -> bool,
 ) -> proto::Task {
-    use futures::StreamExt;
-    let mut events = c
-        .watch_plan(proto::WatchPlanRequest {
-            plan: plan.into(),
-            after_seq: 0,
-            from_now: false,
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    loop {
+    until(c, plan, task, async |c: &mut Client| {
         let now = c
             .get_task(proto::GetTaskRequest { id: task.into() })
             .await
             .unwrap()
             .into_inner();
-        if done(&now) {
-            return now;
-        }
-        tokio::time::timeout(Duration::from_secs(120), events.next())
-            .await
-            .expect("no event for two minutes")
-            .expect("the watch ended")
-            .unwrap();
-    }
+        done(&now).then_some(now)
+    })
+    .await
 }
 
-/// The events of `kind` of `task`, once there are at least `n`: waits on
-/// the plan's event stream (a new event is the signal to look again). A
-/// stream that goes two minutes without an event fails the caller.
+/// The events of `kind` of `task` so far.
+pub async fn task_events(c: &mut Client, task: &str, kind: &str) -> Vec<proto::Event> {
+    c.list_events(proto::ListEventsRequest {
+        task_id: task.into(),
+        limit: 10_000,
+        ..Default::default()
+    })
+    .await
+    .unwrap()
+    .into_inner()
+    .events
+    .into_iter()
+    .filter(|e| e.r#type == kind)
+    .collect()
+}
+
+/// The events of `kind` of `task`, once there are at least `n`.
 pub async fn wait_events(
     c: &mut Client,
     plan: &str,
@@ -495,44 +524,12 @@ pub async fn wait_events(
     kind: &str,
     n: usize,
 ) -> Vec<proto::Event> {
-    use futures::StreamExt;
-    let mut events = c
-        .watch_plan(proto::WatchPlanRequest {
-            plan: plan.into(),
-            after_seq: 0,
-            from_now: false,
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    loop {
-        let found: Vec<proto::Event> = c
-            .list_events(proto::ListEventsRequest {
-                task_id: task.into(),
-                limit: 10_000,
-                ..Default::default()
-            })
-            .await
-            .unwrap()
-            .into_inner()
-            .events
-            .into_iter()
-            .filter(|e| e.r#type == kind)
-            .collect();
-        if found.len() >= n {
-            return found;
-        }
-        tokio::time::timeout(Duration::from_secs(120), events.next())
-            .await
-            .unwrap_or_else(|_| {
-                panic!(
-                    "{task}: {} of {n} {kind} events, and none for two minutes",
-                    found.len()
-                )
-            })
-            .expect("the watch ended")
-            .unwrap();
-    }
+    let what = format!("{n} {kind} events of {task}");
+    until(c, plan, &what, async |c: &mut Client| {
+        let found = task_events(c, task, kind).await;
+        (found.len() >= n).then_some(found)
+    })
+    .await
 }
 
 /// A loopback port this test holds, bound but not listening: connecting to it

@@ -88,21 +88,19 @@ pub fn fit(screen: &str, size: Option<(usize, usize)>) -> String {
 /// The plan's screen until `watched` (every task when empty) has ended.
 pub async fn live(ctx: &Ctx, plan: String, limit: i32, watched: &[String]) -> Result<()> {
     let terminal = std::io::stdout().is_terminal();
-    // The stream replays the plan's history first: only what happens from
-    // now on is printed (the screen already shows where it stands).
-    let started = std::time::SystemTime::now();
-    let is_new = |at: &str| humantime::parse_rfc3339(at).is_ok_and(|t| t >= started);
     let mut client = ctx.client().await?;
+    // From now: the screen shows where the plan stands, the stream what
+    // happens after (subscribed first, so nothing falls in between).
     let mut events = client
         .watch_plan(WatchPlanRequest {
             plan: plan.clone(),
-            after_seq: 0,
-            from_now: false,
+            from_now: true,
+            ..Default::default()
         })
         .await?
         .into_inner();
-    // The plan's revision when the screen was drawn: the stream replays the
-    // history first, which changes nothing on it.
+    // The plan's revision when the screen was drawn: an event it already
+    // shows needs no redraw.
     let mut drawn_revision = -1;
     let mut lines = 0;
     let mut shown = String::new();
@@ -111,10 +109,10 @@ pub async fn live(ctx: &Ctx, plan: String, limit: i32, watched: &[String]) -> Re
     let mut tick = tokio::time::interval(TICK);
     loop {
         if dirty && last_draw.elapsed() >= REDRAW_EVERY {
-            let (revision, tasks) = super::wait::plan_tasks(&mut client, &plan).await?;
+            let (revision, ended) = super::wait::ended(&mut client, &plan, watched).await?;
+            let ended = ended.map(|(exit, _)| exit);
             let first = drawn_revision < 0;
             drawn_revision = revision;
-            let ended = super::wait::outcome(&tasks, watched);
             if terminal || ended.is_some() || first {
                 let (screen, _) =
                     super::plans::plan_screen(&mut client, plan.clone(), limit).await?;
@@ -151,7 +149,7 @@ pub async fn live(ctx: &Ctx, plan: String, limit: i32, watched: &[String]) -> Re
         tokio::select! {
             next = events.next() => match next {
                 Some(Ok(e)) => {
-                    if !terminal && is_new(&e.at) {
+                    if !terminal {
                         emit(&render::event_line(&e, false))?;
                     }
                     // A change the screen does not show yet, or a run's

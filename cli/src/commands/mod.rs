@@ -2,7 +2,7 @@
 //! daemon is dialled, so invalid input never reaches the server.
 mod live;
 pub mod plans;
-mod tasks;
+pub mod tasks;
 mod wait;
 mod watch;
 mod write;

@@ -66,7 +66,8 @@ pub async fn list(ctx: &Ctx, args: ListArgs) -> Result<()> {
 }
 
 /// A task's whole history, following `last_seq`.
-async fn fetch_events(client: &mut Client, task_id: &str) -> Result<Vec<Event>> {
+/// Every event of a task, page by page.
+pub async fn fetch_events(client: &mut Client, task_id: &str) -> Result<Vec<Event>> {
     let mut events = Vec::new();
     let mut after_seq = 0;
     loop {

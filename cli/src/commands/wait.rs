@@ -115,55 +115,20 @@ pub async fn wait(
         }
         (None, None) => return Err(CliError::usage("name a TASK or --plan PLAN").into()),
     };
+    // From now: the look below sees where it stands, the stream what
+    // changes after it (subscribed first, so nothing falls in between).
     let mut events = client
         .watch_plan(WatchPlanRequest {
             plan: plan.clone(),
-            after_seq: 0,
-            from_now: false,
+            from_now: true,
+            ..Default::default()
         })
         .await?
         .into_inner();
-    // The plan's revision when last looked at: the stream replays the
-    // history first, and only a change after that look can end the wait.
-    let mut seen_revision = -1;
     let mut look = true;
     loop {
         if look {
-            let (revision, mut tasks) = plan_tasks(&mut client, &plan).await?;
-            seen_revision = revision;
-            // A watched task the listing leaves out (archived, or past its
-            // first 10,000 tasks) is asked for by itself.
-            for id in &watched {
-                if !tasks.iter().any(|t| &t.id == id) {
-                    let t = client
-                        .get_task(GetTaskRequest { id: id.clone() })
-                        .await?
-                        .into_inner();
-                    if t.archived {
-                        return Err(CliError::new(
-                            Exit::Cancelled,
-                            format!("{id} was archived (left out of a todo list); it will not run"),
-                        )
-                        .into());
-                    }
-                    tasks.push(t);
-                }
-            }
-            if let Some(exit) = outcome(&tasks, &watched) {
-                let shown: Vec<Task> = if watched.is_empty() {
-                    tasks
-                } else {
-                    let mut full = Vec::new();
-                    for id in &watched {
-                        full.push(
-                            client
-                                .get_task(GetTaskRequest { id: id.clone() })
-                                .await?
-                                .into_inner(),
-                        );
-                    }
-                    full
-                };
+            if let (_, Some((exit, shown))) = ended(&mut client, &plan, &watched).await? {
                 return report(ctx, &shown, exit, !watched.is_empty());
             }
         }
@@ -184,7 +149,7 @@ pub async fn wait(
         match next {
             // A change of any task's status, or of the graph, can end the
             // wait (a dependency failing strands the task waited for).
-            Some(Ok(e)) => look = e.plan_revision > seen_revision && may_end(&e),
+            Some(Ok(e)) => look = may_end(&e),
             Some(Err(status)) => return Err(status.into()),
             None => {
                 return Err(CliError::new(
@@ -195,6 +160,51 @@ pub async fn wait(
             }
         }
     }
+}
+
+/// The plan's revision, and whether `watched` (every task of `plan` when
+/// empty) has ended: how, and the tasks to show for it (the watched ones in
+/// full, else the plan's). `wait` and `watch` end on this.
+pub(super) async fn ended(
+    client: &mut crate::client::Client,
+    plan: &str,
+    watched: &[String],
+) -> Result<(i64, Option<(Exit, Vec<Task>)>)> {
+    let (revision, mut tasks) = plan_tasks(client, plan).await?;
+    // A watched task the listing leaves out (archived, or past its first
+    // 10,000 tasks) is asked for by itself.
+    for id in watched {
+        if !tasks.iter().any(|t| &t.id == id) {
+            let t = client
+                .get_task(GetTaskRequest { id: id.clone() })
+                .await?
+                .into_inner();
+            if t.archived {
+                return Err(CliError::new(
+                    Exit::Cancelled,
+                    format!("{id} was archived (left out of a todo list); it will not run"),
+                )
+                .into());
+            }
+            tasks.push(t);
+        }
+    }
+    let Some(exit) = outcome(&tasks, watched) else {
+        return Ok((revision, None));
+    };
+    if watched.is_empty() {
+        return Ok((revision, Some((exit, tasks))));
+    }
+    let mut full = Vec::new();
+    for id in watched {
+        full.push(
+            client
+                .get_task(GetTaskRequest { id: id.clone() })
+                .await?
+                .into_inner(),
+        );
+    }
+    Ok((revision, Some((exit, full))))
 }
 
 /// How a wait ended, as JSON: the outcome and the tasks as they ended.

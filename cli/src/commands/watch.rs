@@ -107,29 +107,41 @@ fn print_event(ctx: &Ctx, e: &Event) -> Result<()> {
 }
 
 /// The plan's revision, and whether `target` has ended; if so, says how
-/// (as `wait` does) and gives the exit code.
+/// (as `wait` does, a JSON line with --json) and gives the exit code.
 async fn ended(ctx: &Ctx, client: &mut Client, target: &Target) -> Result<(i64, Option<Exit>)> {
     let watched: Vec<String> = target.task.iter().cloned().collect();
-    let (revision, tasks) = super::wait::plan_tasks(client, &target.plan).await?;
-    let Some(exit) = super::wait::outcome(&tasks, &watched) else {
+    let (revision, ended) = super::wait::ended(client, &target.plan, &watched).await?;
+    let Some((exit, shown)) = ended else {
         return Ok((revision, None));
     };
-    let shown = match &target.task {
-        Some(id) => vec![client
-            .get_task(GetTaskRequest { id: id.clone() })
-            .await?
-            .into_inner()],
-        None => tasks,
-    };
     if ctx.json {
-        // One line, as each event is.
-        super::emit_raw(&serde_json::to_string(&super::wait::outcome_json(
-            &shown, exit,
-        ))?)?;
+        let line = serde_json::to_string(&super::wait::outcome_json(&shown, exit))?;
+        super::emit_raw(&line)?;
     } else {
         super::wait::report(ctx, &shown, exit, target.task.is_some())?;
     }
     Ok((revision, Some(exit)))
+}
+
+/// What a watch follows, from when and until when, in a line for stderr
+/// (the tests' readiness signal too).
+fn describe(target: &Target, start: Start) -> String {
+    let what = match (&target.task, target.plan.as_str()) {
+        (Some(id), _) => format!("task {id}"),
+        (None, "") => "every plan".to_string(),
+        (None, plan) => format!("plan {plan}"),
+    };
+    let from = match start {
+        Start::Now => "from now".to_string(),
+        Start::After(0) => "from its first event".to_string(),
+        Start::After(seq) => format!("after event #{seq}"),
+    };
+    let until = if target.ends {
+        "until it ends"
+    } else {
+        "until Ctrl-C"
+    };
+    format!("following {what} {from}, {until}")
 }
 
 async fn follow(ctx: &Ctx, target: &Target, start: Start) -> Result<()> {
@@ -167,22 +179,7 @@ async fn follow(ctx: &Ctx, target: &Target, start: Start) -> Result<()> {
                 if lost {
                     warn(&format!("reconnected, following from seq {last_seq}"));
                 } else {
-                    let what = match (&target.task, plan) {
-                        (Some(id), _) => format!("task {id}"),
-                        (None, "") => "every plan".to_string(),
-                        (None, plan) => format!("plan {plan}"),
-                    };
-                    let from = match start {
-                        Start::Now => "from now".to_string(),
-                        Start::After(0) => "from its first event".to_string(),
-                        Start::After(seq) => format!("after event #{seq}"),
-                    };
-                    let until = if target.ends {
-                        "until it ends"
-                    } else {
-                        "until Ctrl-C"
-                    };
-                    warn(&format!("following {what} {from}, {until}"));
+                    warn(&describe(target, start));
                     // It may have ended already.
                     if target.ends {
                         let (revision, exit) = ended(ctx, &mut c, target).await?;

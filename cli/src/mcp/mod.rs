@@ -9,6 +9,7 @@
 //! crash of the server: the model reads it and tries again.
 mod session;
 mod shapes;
+mod task_update;
 mod view;
 
 use std::sync::Arc;
@@ -20,11 +21,7 @@ use rmcp::model::{InitializeRequestParams, InitializeResult};
 use rmcp::service::RequestContext;
 use rmcp::{tool, tool_handler, tool_router, ErrorData, RoleServer, ServerHandler, ServiceExt};
 use serde_json::json;
-use todod_proto::{
-    CreatePlanRequest, CreateTaskRequest, DependencyRequest, GetTaskRequest, ListEventsRequest,
-    ListPlansRequest, ListTasksRequest, Task, TodoItem, TransitionTaskRequest, UpdateTaskRequest,
-};
-use tonic::Code;
+use todod_proto::{CreateTaskRequest, GetTaskRequest, ListPlansRequest, Task, TodoItem};
 
 pub use session::{project_dir, PlanChoice};
 use session::{rename, Session, ToolError, ToolResult};
@@ -104,6 +101,16 @@ fn parse<T: serde::de::DeserializeOwned>(raw: JsonObject) -> ToolResult<T> {
     })
 }
 
+/// A tool's arguments, or the tool's answer that they are wrong.
+macro_rules! args {
+    ($raw:expr) => {
+        match parse($raw) {
+            Ok(args) => args,
+            Err(e) => return view::refusal(e.0),
+        }
+    };
+}
+
 /// A task id argument, checked before it reaches the daemon.
 fn task_id(field: &str, id: &str) -> ToolResult<String> {
     let id = id.trim();
@@ -154,10 +161,7 @@ impl TodoMcp {
         input_schema = input_schema::<shapes::OpencodeWrite>()
     )]
     async fn todowrite(&self, Parameters(raw): Parameters<JsonObject>) -> CallToolResult {
-        let args: shapes::OpencodeWrite = match parse(raw) {
-            Ok(args) => args,
-            Err(e) => return view::refusal(e.0),
-        };
+        let args: shapes::OpencodeWrite = args!(raw);
         let items = args.items();
         self.write(Shape::Opencode, args.guard, items, "").await
     }
@@ -169,10 +173,7 @@ impl TodoMcp {
         input_schema = input_schema::<PlanArg>()
     )]
     async fn todoread(&self, Parameters(raw): Parameters<JsonObject>) -> CallToolResult {
-        let args: PlanArg = match parse(raw) {
-            Ok(args) => args,
-            Err(e) => return view::refusal(e.0),
-        };
+        let args: PlanArg = args!(raw);
         self.read(Shape::Opencode, args.plan.as_deref()).await
     }
 
@@ -184,10 +185,7 @@ impl TodoMcp {
         input_schema = input_schema::<shapes::ClaudeWrite>()
     )]
     async fn todo_write(&self, Parameters(raw): Parameters<JsonObject>) -> CallToolResult {
-        let args: shapes::ClaudeWrite = match parse(raw) {
-            Ok(args) => args,
-            Err(e) => return view::refusal(e.0),
-        };
+        let args: shapes::ClaudeWrite = args!(raw);
         let items = args.items();
         self.write(Shape::Claude, args.guard, items, "").await
     }
@@ -199,10 +197,7 @@ impl TodoMcp {
         input_schema = input_schema::<shapes::CodexPlan>()
     )]
     async fn update_plan(&self, Parameters(raw): Parameters<JsonObject>) -> CallToolResult {
-        let args: shapes::CodexPlan = match parse(raw) {
-            Ok(args) => args,
-            Err(e) => return view::refusal(e.0),
-        };
+        let args: shapes::CodexPlan = args!(raw);
         let items = args.items();
         let reason = args.explanation.clone().unwrap_or_default();
         self.write(Shape::Codex, args.guard(), items, &reason).await
@@ -215,10 +210,7 @@ impl TodoMcp {
         input_schema = input_schema::<shapes::GeminiWrite>()
     )]
     async fn write_todos(&self, Parameters(raw): Parameters<JsonObject>) -> CallToolResult {
-        let args: shapes::GeminiWrite = match parse(raw) {
-            Ok(args) => args,
-            Err(e) => return view::refusal(e.0),
-        };
+        let args: shapes::GeminiWrite = args!(raw);
         let items = args.items();
         self.write(Shape::Gemini, args.guard, items, "").await
     }
@@ -232,10 +224,7 @@ impl TodoMcp {
         input_schema = input_schema::<shapes::TaskCreate>()
     )]
     async fn task_create(&self, Parameters(raw): Parameters<JsonObject>) -> CallToolResult {
-        let args: shapes::TaskCreate = match parse(raw) {
-            Ok(args) => args,
-            Err(e) => return view::refusal(e.0),
-        };
+        let args: shapes::TaskCreate = args!(raw);
         let result = async {
             let plan = self.ensure_plan(args.plan.as_deref()).await?;
             let mut client = self.session.client().await?;
@@ -271,11 +260,8 @@ impl TodoMcp {
         input_schema = input_schema::<shapes::TaskUpdate>()
     )]
     async fn task_update(&self, Parameters(raw): Parameters<JsonObject>) -> CallToolResult {
-        let args: shapes::TaskUpdate = match parse(raw) {
-            Ok(args) => args,
-            Err(e) => return view::refusal(e.0),
-        };
-        self.settle(bounded(self.update_task(args)).await)
+        let args: shapes::TaskUpdate = args!(raw);
+        self.settle(bounded(self.update_steps(args)).await)
     }
 
     #[tool(
@@ -286,10 +272,7 @@ impl TodoMcp {
         input_schema = input_schema::<PlanArg>()
     )]
     async fn task_list(&self, Parameters(raw): Parameters<JsonObject>) -> CallToolResult {
-        let args: PlanArg = match parse(raw) {
-            Ok(args) => args,
-            Err(e) => return view::refusal(e.0),
-        };
+        let args: PlanArg = args!(raw);
         let result = async {
             let plan = self.session.plan(args.plan.as_deref()).await?;
             let tasks = self.plan_tasks(&plan).await?;
@@ -320,10 +303,7 @@ impl TodoMcp {
         input_schema = input_schema::<shapes::TaskGet>()
     )]
     async fn task_get(&self, Parameters(raw): Parameters<JsonObject>) -> CallToolResult {
-        let args: shapes::TaskGet = match parse(raw) {
-            Ok(args) => args,
-            Err(e) => return view::refusal(e.0),
-        };
+        let args: shapes::TaskGet = args!(raw);
         let result = async {
             let id = task_id("taskId", &args.task_id)?;
             let mut client = self.session.client().await?;
@@ -349,10 +329,7 @@ impl TodoMcp {
         input_schema = input_schema::<shapes::PlanSelect>()
     )]
     async fn plan(&self, Parameters(raw): Parameters<JsonObject>) -> CallToolResult {
-        let args: shapes::PlanSelect = match parse(raw) {
-            Ok(args) => args,
-            Err(e) => return view::refusal(e.0),
-        };
+        let args: shapes::PlanSelect = args!(raw);
         let result = async {
             if let Some(name) = args
                 .name
@@ -413,19 +390,11 @@ impl TodoMcp {
         input_schema = input_schema::<PlanArg>()
     )]
     async fn plan_status(&self, Parameters(raw): Parameters<JsonObject>) -> CallToolResult {
-        let args: PlanArg = match parse(raw) {
-            Ok(args) => args,
-            Err(e) => return view::refusal(e.0),
-        };
+        let args: PlanArg = args!(raw);
         let result = async {
             let plan = self.session.plan(args.plan.as_deref()).await?;
             let mut client = self.session.client().await?;
-            let (text, value) = crate::commands::plans::plan_screen(&mut client, plan, 10)
-                .await
-                .map_err(|e| match e.downcast::<tonic::Status>() {
-                    Ok(s) => ToolError::from(s),
-                    Err(e) => ToolError(e.to_string()),
-                })?;
+            let (text, value) = crate::commands::plans::plan_screen(&mut client, plan, 10).await?;
             let text = crate::safe::escape_keep_newlines(&crate::style::strip(&text)).into_owned();
             Ok(view::answer(text, value))
         };
@@ -440,10 +409,7 @@ impl TodoMcp {
         input_schema = input_schema::<shapes::TaskGet>()
     )]
     async fn task_history(&self, Parameters(raw): Parameters<JsonObject>) -> CallToolResult {
-        let args: shapes::TaskGet = match parse(raw) {
-            Ok(args) => args,
-            Err(e) => return view::refusal(e.0),
-        };
+        let args: shapes::TaskGet = args!(raw);
         let result = async {
             let id = task_id("taskId", &args.task_id)?;
             let mut client = self.session.client().await?;
@@ -451,18 +417,19 @@ impl TodoMcp {
                 .get_task(GetTaskRequest { id: id.clone() })
                 .await?
                 .into_inner();
-            let events = client
-                .list_events(ListEventsRequest {
-                    task_id: id,
-                    limit: 1000,
-                    ..Default::default()
-                })
-                .await?
-                .into_inner()
-                .events;
+            // Every page, as `todoctl show` reads them: the text thins the
+            // progress samples, the structured answer keeps the changes and
+            // the last sample.
+            let events = crate::commands::tasks::fetch_events(&mut client, &id).await?;
             let text = crate::render::task_details(&task, &events, false);
             let text = crate::safe::escape_keep_newlines(&crate::style::strip(&text)).into_owned();
-            let events: Vec<_> = events.iter().map(crate::json::event).collect();
+            let last_progress = events.iter().rposition(|e| e.r#type == "progress");
+            let events: Vec<_> = events
+                .iter()
+                .enumerate()
+                .filter(|(i, e)| e.r#type != "progress" || Some(*i) == last_progress)
+                .map(|(_, e)| crate::json::event(e))
+                .collect();
             Ok(view::answer(
                 text,
                 json!({ "task": crate::json::task(&task), "events": events }),
@@ -519,195 +486,8 @@ impl TodoMcp {
     /// needs one; list writes create it themselves).
     async fn ensure_plan(&self, explicit: Option<&str>) -> ToolResult<String> {
         let plan = self.session.plan(explicit).await?;
-        let mut client = self.session.client().await?;
-        match client
-            .create_plan(CreatePlanRequest {
-                name: plan.clone(),
-                title: String::new(),
-            })
-            .await
-        {
-            Ok(_) => Ok(plan),
-            Err(s) if s.code() == Code::AlreadyExists => Ok(plan),
-            Err(s) => Err(rename(s, &[("name", "plan")])),
-        }
-    }
-
-    /// Every live task of a plan, in list order.
-    async fn plan_tasks(&self, plan: &str) -> ToolResult<Vec<Task>> {
-        let mut client = self.session.client().await?;
-        let mut tasks = Vec::new();
-        let mut page_token = String::new();
-        loop {
-            let page = client
-                .list_tasks(ListTasksRequest {
-                    plan: plan.to_string(),
-                    page_size: 1000,
-                    page_token,
-                    ..Default::default()
-                })
-                .await;
-            let page = match page {
-                Ok(p) => p.into_inner(),
-                Err(s) if s.code() == Code::NotFound => return Ok(tasks),
-                Err(s) => return Err(s.into()),
-            };
-            tasks.extend(page.tasks);
-            if page.next_page_token.is_empty() {
-                return Ok(tasks);
-            }
-            page_token = page.next_page_token;
-        }
-    }
-
-    /// TaskUpdate: the task's fields, then its edges, then its status (so a
-    /// blocker added in the same call is already in place; a move back to
-    /// pending comes first, since a started task may only gain completed
-    /// blockers). Every id is checked before anything is written; each step
-    /// is one call, and a failure says what was applied before it.
-    async fn update_task(&self, args: shapes::TaskUpdate) -> ToolResult<CallToolResult> {
-        let id = task_id("taskId", &args.task_id)?;
-        let mut edges = Vec::new();
-        for (field, list) in [
-            ("addBlockedBy", &args.add_blocked_by),
-            ("addBlocks", &args.add_blocks),
-        ] {
-            for (i, other) in list.iter().enumerate() {
-                let other = task_id(&format!("{field}[{i}]"), other)?;
-                edges.push(if field == "addBlockedBy" {
-                    (id.clone(), other, format!("{field} {}", list[i].trim()))
-                } else {
-                    (other, id.clone(), format!("{field} {}", list[i].trim()))
-                });
-            }
-        }
-        let mut client = self.session.client().await?;
-        let before = client
-            .get_task(GetTaskRequest { id: id.clone() })
-            .await?
-            .into_inner();
-        if args.status.is_some() && before.kind != "todo" {
-            return Err(ToolError(format!(
-                "{id} is a {} phase that the daemon runs; its status is not an agent's to \
-                 change (see plan_status for its progress)",
-                before.kind
-            )));
-        }
-        let mut done: Vec<String> = Vec::new();
-        let failed = |done: &[String], e: ToolError| {
-            if done.is_empty() {
-                e
-            } else {
-                ToolError(format!("{} (already applied: {})", e.0, done.join("; ")))
-            }
-        };
-        let metadata = shapes::task_patch(&args.description, &args.active_form, &args.metadata);
-        if args.subject.is_some() || args.owner.is_some() || metadata.is_some() {
-            client
-                .update_task(UpdateTaskRequest {
-                    id: id.clone(),
-                    content: args.subject.clone(),
-                    owner: args.owner.clone(),
-                    metadata_patch_json: metadata,
-                    ..Default::default()
-                })
-                .await
-                .map_err(|s| {
-                    rename(
-                        s,
-                        &[("content", "subject"), ("metadata_patch_json", "metadata")],
-                    )
-                })?;
-            done.push("fields updated".into());
-        }
-        let to = args.status.map(shapes::TaskStatus::todod);
-        let mut moved = false;
-        let transition = |client: &crate::client::Client, to: &str| {
-            let request = TransitionTaskRequest {
-                id: id.clone(),
-                to: to.into(),
-                reason: if matches!(args.status, Some(shapes::TaskStatus::Deleted)) {
-                    "deleted by the agent".into()
-                } else {
-                    String::new()
-                },
-                ..Default::default()
-            };
-            let mut client = client.clone();
-            async move { client.transition_task(request).await }
-        };
-        if to == Some("pending") && before.status != "pending" {
-            transition(&client, "pending")
-                .await
-                .map_err(|s| failed(&done, s.into()))?;
-            done.push("status pending".into());
-            moved = true;
-        }
-        for (task_id, depends_on, said) in edges {
-            client
-                .add_dependency(DependencyRequest {
-                    task_id,
-                    depends_on,
-                    ..Default::default()
-                })
-                .await
-                .map_err(|s| failed(&done, s.into()))?;
-            done.push(said);
-        }
-        let plan = self
-            .plan_tasks(&before.plan)
-            .await
-            .map_err(|e| failed(&done, e))?;
-        if matches!(args.status, Some(shapes::TaskStatus::Deleted)) {
-            // A deleted task blocks nothing any more: its dependents let go
-            // of it (a cancelled blocker would strand them for good).
-            for dependent in plan.iter().filter(|t| t.depends_on.contains(&id)) {
-                client
-                    .remove_dependency(DependencyRequest {
-                        task_id: dependent.id.clone(),
-                        depends_on: id.clone(),
-                        ..Default::default()
-                    })
-                    .await
-                    .map_err(|s| failed(&done, s.into()))?;
-                done.push(format!("{} no longer waits for it", dependent.id));
-            }
-        }
-        // A completed task that is deleted stays completed in the history:
-        // its dependents have already let go of it above.
-        let deleting_done = to == Some("cancelled") && before.status == "completed";
-        if let Some(to) = to.filter(|to| *to != "pending" && *to != before.status && !deleting_done)
-        {
-            transition(&client, to)
-                .await
-                .map_err(|s| failed(&done, s.into()))?;
-            done.push(format!("status {to}"));
-            moved = true;
-        }
-        let task = client
-            .get_task(GetTaskRequest { id })
-            .await
-            .map_err(|s| failed(&done, s.into()))?
-            .into_inner();
-        let plan = self
-            .plan_tasks(&task.plan)
-            .await
-            .map_err(|e| failed(&done, e))?;
-        // What this call's completion let go.
-        let unblocked: Vec<&str> = plan
-            .iter()
-            .filter(|t| moved && task.status == "completed" && t.depends_on.contains(&task.id))
-            .filter(|t| t.readiness == "ready")
-            .map(|t| t.id.as_str())
-            .collect();
-        let mut text = format!("Updated: {}", view::task_line(&task));
-        if !unblocked.is_empty() {
-            text.push_str(&format!("\nNow ready: {}", unblocked.join(", ")));
-        }
-        Ok(view::answer(
-            text,
-            json!({ "task": shapes::claude_task(&task, &plan, true), "unblocked": unblocked }),
-        ))
+        self.session.ensure_plan(&plan).await?;
+        Ok(plan)
     }
 }
 

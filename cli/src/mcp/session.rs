@@ -61,6 +61,17 @@ impl From<tonic::Status> for ToolError {
     }
 }
 
+/// A CLI helper's failure (they speak anyhow): a daemon status in the
+/// tools' words, anything else as it reads.
+impl From<anyhow::Error> for ToolError {
+    fn from(e: anyhow::Error) -> Self {
+        match e.downcast::<tonic::Status>() {
+            Ok(s) => ToolError::from(s),
+            Err(e) => ToolError(e.to_string()),
+        }
+    }
+}
+
 impl From<crate::error::CliError> for ToolError {
     fn from(e: crate::error::CliError) -> Self {
         ToolError(e.to_string())
@@ -126,7 +137,8 @@ impl Session {
         }
     }
 
-    /// A connected client; dialled on first use and again after a failure.
+    /// A connected client, dialled on first use (tonic's channel dials again
+    /// by itself when the daemon comes back).
     pub async fn client(&self) -> ToolResult<Client> {
         let mut state = self.state.lock().await;
         if let Some(client) = &state.client {
@@ -135,16 +147,6 @@ impl Session {
         let client = self.connector().connect().await?;
         state.client = Some(client.clone());
         Ok(client)
-    }
-
-    /// Forgets the connection after an error that may mean it is gone.
-    pub async fn failed(&self, error: &tonic::Status) {
-        if matches!(
-            error.code(),
-            Code::Unavailable | Code::Unknown | Code::Internal
-        ) {
-            self.state.lock().await.client = None;
-        }
     }
 
     /// The plan a tool works on: `explicit` if given, else the session's.
@@ -218,10 +220,7 @@ impl Session {
                             Err(s) => return Err(rename(s, &[("name", "plan")])),
                         }
                     }
-                    Err(s) => {
-                        self.failed(&s).await;
-                        return Err(s.into());
-                    }
+                    Err(s) => return Err(s.into()),
                 }
             }
         }
@@ -241,6 +240,23 @@ impl Session {
             .insert(plan.to_string(), revision);
     }
 
+    /// Creates `plan` (untitled) unless it exists.
+    pub async fn ensure_plan(&self, plan: &str) -> ToolResult<()> {
+        let created = self
+            .client()
+            .await?
+            .create_plan(CreatePlanRequest {
+                name: plan.to_string(),
+                title: String::new(),
+            })
+            .await;
+        match created {
+            Ok(_) => Ok(()),
+            Err(s) if s.code() == Code::AlreadyExists => Ok(()),
+            Err(s) => Err(rename(s, &[("name", "plan")])),
+        }
+    }
+
     /// The plan's list. A plan that does not exist yet is created empty:
     /// its revision is then what a first write is checked against (a write
     /// expecting revision 0 would not be checked at all).
@@ -251,27 +267,14 @@ impl Session {
         };
         let read = match client.read_todos(request()).await {
             Err(s) if s.code() == Code::NotFound => {
-                let created = client
-                    .create_plan(CreatePlanRequest {
-                        name: plan.to_string(),
-                        title: String::new(),
-                    })
-                    .await;
-                match created {
-                    Ok(_) => {}
-                    Err(s) if s.code() == Code::AlreadyExists => {}
-                    Err(s) => return Err(rename(s, &[("name", "plan")])),
-                }
+                self.ensure_plan(plan).await?;
                 client.read_todos(request()).await
             }
             read => read,
         };
         match read {
             Ok(r) => Ok(r.into_inner()),
-            Err(s) => {
-                self.failed(&s).await;
-                Err(s.into())
-            }
+            Err(s) => Err(s.into()),
         }
     }
 
@@ -359,10 +362,7 @@ impl Session {
                     current,
                 }))
             }
-            Err(s) => {
-                self.failed(&s).await;
-                Err(s.into())
-            }
+            Err(s) => Err(s.into()),
         }
     }
 

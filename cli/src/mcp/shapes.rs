@@ -20,8 +20,6 @@ pub enum ListStatus {
     Failed,
 }
 
-pub type StepStatus = ListStatus;
-
 #[derive(Debug, Clone, Copy, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Priority {
@@ -49,6 +47,17 @@ impl Priority {
             Priority::Medium => "medium",
             Priority::Low => "low",
         }
+    }
+}
+
+/// One item of a list write: an id to keep (if the model gave one), its
+/// text and its status.
+fn item(id: &Option<String>, content: &str, status: ListStatus) -> TodoItem {
+    TodoItem {
+        id: id.clone().unwrap_or_default(),
+        content: content.to_string(),
+        status: status.as_str().into(),
+        ..Default::default()
     }
 }
 
@@ -97,11 +106,8 @@ impl OpencodeWrite {
         self.todos
             .iter()
             .map(|t| TodoItem {
-                id: t.id.clone().unwrap_or_default(),
-                content: t.content.clone(),
-                status: t.status.as_str().into(),
                 priority: t.priority.map(|p| p.as_str().into()).unwrap_or_default(),
-                ..Default::default()
+                ..item(&t.id, &t.content, t.status)
             })
             .collect()
     }
@@ -118,7 +124,7 @@ pub struct ClaudeTodo {
     pub id: Option<String>,
     /// What needs to be done, imperative ("Run the tests")
     pub content: String,
-    pub status: StepStatus,
+    pub status: ListStatus,
     /// The same in present continuous, shown while it is in progress
     /// ("Running the tests")
     #[serde(default)]
@@ -139,15 +145,12 @@ impl ClaudeWrite {
         self.todos
             .iter()
             .map(|t| TodoItem {
-                id: t.id.clone().unwrap_or_default(),
-                content: t.content.clone(),
-                status: t.status.as_str().into(),
                 metadata_patch_json: t
                     .active_form
                     .as_ref()
                     .map(|a| json!({ "activeForm": a }).to_string())
                     .unwrap_or_default(),
-                ..Default::default()
+                ..item(&t.id, &t.content, t.status)
             })
             .collect()
     }
@@ -163,7 +166,7 @@ pub struct CodexStep {
     pub id: Option<String>,
     /// One step of the plan
     pub step: String,
-    pub status: StepStatus,
+    pub status: ListStatus,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -192,12 +195,7 @@ impl CodexPlan {
     pub fn items(&self) -> Vec<TodoItem> {
         self.plan
             .iter()
-            .map(|s| TodoItem {
-                id: s.id.clone().unwrap_or_default(),
-                content: s.step.clone(),
-                status: s.status.as_str().into(),
-                ..Default::default()
-            })
+            .map(|s| item(&s.id, &s.step, s.status))
             .collect()
     }
 }
@@ -227,12 +225,7 @@ impl GeminiWrite {
     pub fn items(&self) -> Vec<TodoItem> {
         self.todos
             .iter()
-            .map(|t| TodoItem {
-                id: t.id.clone().unwrap_or_default(),
-                content: t.description.clone(),
-                status: t.status.as_str().into(),
-                ..Default::default()
-            })
+            .map(|t| item(&t.id, &t.description, t.status))
             .collect()
     }
 }

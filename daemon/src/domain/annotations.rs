@@ -8,7 +8,9 @@
 //! never undo each other.
 use serde_json::{Map, Value};
 
+use super::change::Change;
 use super::error::Error;
+use super::model::TaskId;
 
 pub const MAX_OWNER_CHARS: usize = 128;
 /// The stored object, encoded: room for notes, not for files.
@@ -84,6 +86,24 @@ pub fn apply_patch(
         ));
     }
     Ok(Some(text))
+}
+
+/// The change `patch` makes to task `id`'s metadata `stored`, if it makes
+/// one; `field` names the patch in an error.
+pub fn metadata_change(
+    field: &str,
+    id: TaskId,
+    stored: Option<&str>,
+    patch: &Patch,
+) -> Result<Option<Change>, Error> {
+    let metadata = apply_patch(field, stored, patch)?;
+    Ok(
+        (metadata.as_deref() != stored).then(|| Change::MetadataChanged {
+            id,
+            old: stored.map(str::to_string),
+            new: metadata,
+        }),
+    )
 }
 
 fn json_type(value: &Value) -> &'static str {

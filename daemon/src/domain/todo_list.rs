@@ -49,30 +49,6 @@ pub struct ListWrite {
     pub resolved: Vec<TaskId>,
 }
 
-/// The item's metadata patch over what the task holds, as a change if it
-/// changes anything.
-fn metadata_change(
-    out: &mut ListWrite,
-    index: usize,
-    id: TaskId,
-    stored: Option<&str>,
-    item: &TodoItem,
-) -> Result<(), Error> {
-    let Some(patch) = &item.metadata else {
-        return Ok(());
-    };
-    let field = format!("todos[{index}].metadata_patch_json");
-    let metadata = annotations::apply_patch(&field, stored, patch)?;
-    if metadata.as_deref() != stored {
-        out.changes.push(Change::MetadataChanged {
-            id,
-            old: stored.map(str::to_string),
-            new: metadata,
-        });
-    }
-    Ok(())
-}
-
 /// Decides what writing `items` over `stored` (the plan's live tasks plus any
 /// archived ones the items name by id) changes, or why it must be refused.
 pub fn reconcile(stored: &[StoredTask], items: &[TodoItem]) -> Result<ListWrite, Error> {
@@ -110,7 +86,11 @@ pub fn reconcile(stored: &[StoredTask], items: &[TodoItem]) -> Result<ListWrite,
                 });
                 graph.insert(id, Status::Pending);
                 targets.push((id, Status::Pending, item.status.unwrap_or(Status::Pending)));
-                metadata_change(&mut out, index, id, None, item)?;
+                if let Some(patch) = &item.metadata {
+                    let field = format!("todos[{index}].metadata_patch_json");
+                    out.changes
+                        .extend(annotations::metadata_change(&field, id, None, patch)?);
+                }
                 id
             }
             Some(id) => {
@@ -146,7 +126,12 @@ pub fn reconcile(stored: &[StoredTask], items: &[TodoItem]) -> Result<ListWrite,
                 if let Some(to) = item.status.filter(|s| *s != task.status) {
                     targets.push((*id, task.status, to));
                 }
-                metadata_change(&mut out, index, *id, task.metadata.as_deref(), item)?;
+                if let Some(patch) = &item.metadata {
+                    let field = format!("todos[{index}].metadata_patch_json");
+                    let stored = task.metadata.as_deref();
+                    out.changes
+                        .extend(annotations::metadata_change(&field, *id, stored, patch)?);
+                }
                 *id
             }
         };

@@ -23,28 +23,7 @@ impl Applied {
     }
 }
 
-/// A plan-level event: the plan's creation.
-pub(super) fn record_plan_created(
-    db: &mut Db,
-    plan_id: i64,
-    ctx: &WriteContext,
-    now: i64,
-) -> Result<i64, Error> {
-    db.query_row(
-        "INSERT INTO events (plan_id, type, actor, reason, at, plan_revision) \
-         VALUES (?, 'plan_created', ?, ?, ?, 1) RETURNING seq",
-        &[
-            plan_id.into(),
-            (&ctx.actor).into(),
-            (&ctx.reason).into(),
-            now.into(),
-        ],
-        |row| row.int(0),
-    )?
-    .ok_or_else(super::sqlite::no_row)
-}
-
-/// A plan-level event after the plan's creation (archived, restored).
+/// A plan-level event (created, archived, restored) at `revision`.
 pub(super) fn record_plan_event(
     db: &mut Db,
     plan_id: i64,
@@ -224,6 +203,8 @@ pub(super) fn apply(
             }
             Change::StatusChanged { id, from, to } => {
                 // started_at marks the latest start; finished_at the latest end.
+                // A task failed with a reason has it as its error (a phase
+                // run writes its own over it).
                 let to_text = to.as_str();
                 update_task(
                     db,
@@ -232,10 +213,11 @@ pub(super) fn apply(
                      started_at = CASE WHEN ?1 = 'in_progress' THEN ?2 ELSE started_at END, \
                      finished_at = CASE WHEN ?1 IN ('completed', 'failed', 'cancelled') \
                                    THEN ?2 ELSE NULL END, \
-                     error = CASE WHEN ?1 = 'failed' THEN error ELSE NULL END, \
+                     error = CASE WHEN ?1 = 'failed' THEN COALESCE(error, NULLIF(?3, '')) \
+                             ELSE NULL END, \
                      lease_owner = CASE WHEN ?1 = 'in_progress' THEN lease_owner ELSE NULL END, \
                      held = CASE WHEN ?1 = 'pending' AND status = 'in_progress' THEN 1 ELSE 0 END",
-                    &[to_text.into(), now.into()],
+                    &[to_text.into(), now.into(), ctx.reason.trim().into()],
                     now,
                 )?;
                 // A cancelled phase task lets go of its output paths (the

@@ -165,6 +165,11 @@ pub(super) fn check_revision(plan: &PlanView, ctx: &WriteContext) -> Result<(), 
         }
         .into());
     }
+    check_expected(plan, ctx)
+}
+
+/// The write's `expected_revision`, if it has one, is the plan's.
+fn check_expected(plan: &PlanView, ctx: &WriteContext) -> Result<(), Error> {
     match ctx.expected_revision {
         Some(expected) if expected != plan.revision => Err(domain::Error::StaleRevision {
             plan: plan.name.clone(),
@@ -197,14 +202,8 @@ fn archive_plan(
     if plan.archived_at.is_some() != restore {
         return Ok((plan, None)); // already so
     }
-    if let Some(expected) = ctx.expected_revision.filter(|e| *e != plan.revision) {
-        return Err(domain::Error::StaleRevision {
-            plan: plan.name,
-            expected,
-            actual: plan.revision,
-        }
-        .into());
-    }
+    // Not check_revision: restoring is the one change an archived plan takes.
+    check_expected(&plan, ctx)?;
     if !restore {
         let running = db.query(
             "SELECT id FROM tasks WHERE plan_id = ? AND status = 'in_progress' \
@@ -258,7 +257,7 @@ pub(super) fn insert_plan(
             |row| row.int(0),
         )?
         .ok_or_else(super::sqlite::no_row)?;
-    let seq = persist::record_plan_created(db, plan_id, ctx, now)?;
+    let seq = persist::record_plan_event(db, plan_id, "plan_created", 1, ctx, now)?;
     Ok((plan_id, seq))
 }
 
@@ -515,13 +514,12 @@ pub(super) fn create_task(
         });
     }
     if let Some(patch) = &new.metadata {
-        if let Some(metadata) = annotations::apply_patch("metadata_json", None, patch)? {
-            changes.push(Change::MetadataChanged {
-                id: provisional,
-                old: None,
-                new: Some(metadata),
-            });
-        }
+        changes.extend(annotations::metadata_change(
+            "metadata_json",
+            provisional,
+            None,
+            patch,
+        )?);
     }
     changes.extend(deps.into_iter().map(|depends_on| Change::DependencyAdded {
         id: provisional,
@@ -593,15 +591,12 @@ pub(super) fn update_task(
         });
     }
     if let Some(patch) = &update.metadata {
-        let field = "metadata_patch_json";
-        let metadata = annotations::apply_patch(field, current.metadata.as_deref(), patch)?;
-        if metadata != current.metadata {
-            changes.push(Change::MetadataChanged {
-                id,
-                old: current.metadata.clone(),
-                new: metadata,
-            });
-        }
+        changes.extend(annotations::metadata_change(
+            "metadata_patch_json",
+            id,
+            current.metadata.as_deref(),
+            patch,
+        )?);
     }
     if let Some(update) = &update.spec {
         let spec = spec::validate("spec_json", head.kind, &update.spec)?;
@@ -647,18 +642,7 @@ fn client_transition(
 ) -> Result<(TaskView, Option<i64>), Error> {
     let head = task_head(db, id)?;
     transition::check_client_move(id, head.kind, head.status, to)?;
-    let (view, seq) = transition(db, id, to, ctx)?;
-    // A person or agent failing a task says why: that is its error, as a
-    // phase run's is (the status_changed event carries the same reason).
-    let reason = ctx.reason.trim();
-    if to == Status::Failed && head.status != Status::Failed && !reason.is_empty() {
-        db.execute(
-            "UPDATE tasks SET error = ? WHERE id = ?",
-            &[reason.into(), id.0.into()],
-        )?;
-        return Ok((task_by_id(db, id)?, seq));
-    }
-    Ok((view, seq))
+    transition(db, id, to, ctx)
 }
 
 pub(super) fn transition(
