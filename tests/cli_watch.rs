@@ -266,3 +266,18 @@ fn watching_a_plan_ends_when_its_work_has() {
         "a cancelled task: exit 11"
     );
 }
+
+/// A watched task that a todo list leaves out (archived) will not run: the
+/// watch ends with 11, as `wait` does, not with 0.
+#[test]
+fn watching_a_task_that_is_archived_ends_as_cancelled() {
+    let env = Env::start();
+    let out = env.write("wa", &json!([{"content": "Alpha"}, {"content": "Beta"}]));
+    let alpha = strings(&out["created"])[0].clone();
+    let (watch, _lines, errors) = spawn_watch_both(&env, &["watch", &alpha]);
+    await_line(&errors, "what it follows", |l| l.contains("from now"));
+    env.write("wa", &json!([{"content": "Beta"}]));
+    let said = await_line(&errors, "why it ended", |l| l.contains("archived"));
+    assert!(said.contains(&format!("{alpha} was archived")), "{said}");
+    assert_eq!(watch.wait_exit().code(), Some(11));
+}
