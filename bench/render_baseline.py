@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Python baseline: chat-template rendering throughput (conversations/second).
 
-Renders the 300 conversations of shared/fixtures/prompts/openai_messages.jsonl repeatedly with
+Renders the 300 conversations of fixtures/prompts/openai_messages.jsonl repeatedly with
 Qwen3's template (enable_thinking=False, add_generation_prompt=True) and Kimi K2's template, and
 prints conversations/s for:
   * transformers.utils.chat_template_utils.render_jinja_template, one call per conversation
@@ -13,7 +13,8 @@ Uses transformers if importable (pip install transformers jinja2; no torch neede
 it falls back to an exact emulation of transformers' jinja2 environment (same Environment
 settings, tojson/raise_exception/strftime_now, {% generation %} accepted as a no-op) and says so.
 
-Usage: python3 render_baseline.py [--shared ../shared] [--seconds 3]
+Usage: python3 render_baseline.py [--fixtures FIXTURES_DIR] [--seconds 3]
+(FIXTURES_DIR defaults to the repository's fixtures/ folder.)
 """
 import argparse
 import json
@@ -25,11 +26,11 @@ from datetime import datetime
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def find_shared(arg):
-    for cand in [arg, os.path.join(os.getcwd(), "..", "shared"), os.path.join(HERE, "..", "shared"), "/work/shared"]:
-        if cand and os.path.isdir(os.path.join(cand, "fixtures")):
-            return cand
-    sys.exit("shared/ fixtures not found: pass --shared PATH")
+def find_fixtures(arg):
+    path = arg or os.path.join(HERE, "..", "fixtures")
+    if not os.path.isfile(os.path.join(path, "prompts", "openai_messages.jsonl")):
+        sys.exit(f"fixtures not found in {path}: pass --fixtures PATH")
+    return path
 
 
 def load_backend():
@@ -106,11 +107,10 @@ def bench(fn, n_convs, seconds):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--shared", default=None)
+    ap.add_argument("--fixtures", default=None)
     ap.add_argument("--seconds", type=float, default=3.0, help="minimum wall time per measurement")
     args = ap.parse_args()
-    shared = find_shared(args.shared)
-    fx = os.path.join(shared, "fixtures")
+    fx = find_fixtures(args.fixtures)
     convs = [json.loads(l)["messages"] for l in open(os.path.join(fx, "prompts", "openai_messages.jsonl"), encoding="utf-8") if l.strip()]
     expected = {}
     for l in open(os.path.join(fx, "prompts", "qwen3_rendered.jsonl"), encoding="utf-8"):

@@ -237,3 +237,68 @@ fn a_plan_is_archived_out_of_the_way_and_restored() {
     env.ok(&["add", "-p", "old", "More"]);
     assert!(env.ok(&["plan", "list"]).contains("old "));
 }
+
+#[test]
+fn ping_says_whether_the_daemon_serves_and_waits_for_one_that_starts_late() {
+    let env = Env::start();
+    env.ok(&["plan", "create", "p1"]);
+    let out = env.ok(&["ping"]);
+    assert!(
+        out.starts_with(&format!("todod serving at {}: 1 plan (", env.addr())),
+        "{out}"
+    );
+    let answer = env.json(&["ping"]);
+    assert_eq!(answer["serving"], json!(true), "{answer}");
+    assert_eq!(answer["plans"], json!(1), "{answer}");
+
+    // It answered, with a refusal: no waiting changes that, so --wait gives up at once.
+    let refused = todod_e2e::cli::run_cmd(
+        {
+            let mut cmd = todod_e2e::cli::todoctl_at(&env.addr(), Some("not-the-token-0123456789"));
+            cmd.args(["ping", "--wait", "10m"]);
+            cmd
+        },
+        None,
+    );
+    assert_eq!(refused.code, 6, "{refused:#?}");
+
+    // Nothing listens yet: unreachable (5) at once without --wait ...
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("late.sock");
+    let addr = format!("unix:{}", socket.display());
+    let run = todod_e2e::cli::run_cmd(
+        {
+            let mut cmd = todod_e2e::cli::todoctl_at(&addr, None);
+            cmd.arg("ping");
+            cmd
+        },
+        None,
+    );
+    assert_eq!(run.code, 5, "{run:#?}");
+    assert!(run.stderr.contains("cannot reach todod"), "{run:#?}");
+
+    // ... and with --wait, the answer of a daemon started after it asked.
+    let waiting = {
+        let mut cmd = todod_e2e::cli::todoctl_at(&addr, None);
+        cmd.args(["ping", "--wait", "10m"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        cmd.spawn().unwrap()
+    };
+    let state = tempfile::tempdir().unwrap();
+    let mut daemon = todod_e2e::todod_command(
+        state.path(),
+        &["--listen", "none", "--socket", socket.to_str().unwrap()],
+    )
+    .spawn()
+    .unwrap();
+    let run = finish(waiting, None);
+    let _ = daemon.kill();
+    let _ = daemon.wait();
+    assert_eq!(run.code, 0, "{run:#?}");
+    assert!(
+        run.stdout
+            .starts_with(&format!("todod serving at {addr}: 0 plans")),
+        "{run:#?}"
+    );
+}

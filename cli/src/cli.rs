@@ -172,6 +172,15 @@ pub enum Command {
         #[arg(long, value_parser = humantime::parse_duration)]
         timeout: Option<std::time::Duration>,
     },
+    /// Ask whether the daemon serves calls (it answers a real read); exit 0 if it does
+    ///
+    /// With --wait, keep asking until it does or the time is up (then exit 5,
+    /// unreachable): for scripts that start the daemon and go on once it serves.
+    Ping {
+        /// Keep asking for up to this long (e.g. 30s, 10m)
+        #[arg(long, value_parser = humantime::parse_duration)]
+        wait: Option<std::time::Duration>,
+    },
     /// Give a task a cron schedule, or take it away
     ///
     /// reopen: a completed plain task goes back to pending at each firing (a

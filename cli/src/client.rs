@@ -139,6 +139,11 @@ impl Connector {
         })
     }
 
+    /// The address as it was given.
+    pub fn addr(&self) -> &str {
+        &self.addr
+    }
+
     /// The same address and token, another client name.
     pub fn with_client_name(&self, name: &str) -> Result<Connector, CliError> {
         let token = self

@@ -1154,10 +1154,9 @@ mod plain_tests {
 
     #[test]
     fn plain_messages_render_as_their_json_does() {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../../shared/fixtures/chat_templates");
+        let dir = crate::test_fixtures::fixture("chat_templates");
         let mut checked = 0;
-        for entry in std::fs::read_dir(&dir).expect("FIXTURES MISSING: shared chat templates") {
+        for entry in std::fs::read_dir(&dir).expect("the chat templates' folder") {
             let path = entry.unwrap().path();
             if path.extension().is_none_or(|e| e != "jinja") {
                 continue;
@@ -1208,21 +1207,12 @@ mod tests {
     use std::collections::HashMap;
     use std::path::PathBuf;
 
-    /// `shared/fixtures/chat_templates`, looked up next to the crate or any of its ancestors (the
-    /// project keeps `shared/` beside its root). Missing fixtures fail the test loudly.
+    /// The repository's `fixtures/chat_templates`.
     fn fixtures_dir() -> PathBuf {
-        let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-        manifest
-            .ancestors()
-            .map(|dir| dir.join("shared/fixtures/chat_templates"))
-            .find(|dir| dir.join("cases.jsonl").is_file())
-            .unwrap_or_else(|| {
-                panic!(
-                    "chat-template fixtures not found: no shared/fixtures/chat_templates/cases.jsonl \
-                     beside {} or any ancestor",
-                    manifest.display()
-                )
-            })
+        crate::test_fixtures::fixture("chat_templates/cases.jsonl")
+            .parent()
+            .expect("a folder")
+            .to_path_buf()
     }
 
     fn fixed(now: &str) -> Clock {
@@ -1299,7 +1289,7 @@ mod tests {
         assert_eq!(total, 184, "cases.jsonl changed size");
     }
 
-    /// shared/fixtures/prompts: the 300 conversations rendered with Qwen3's template by transformers
+    /// fixtures/prompts: the 300 conversations rendered with Qwen3's template by transformers
     /// (`enable_thinking=false`, `add_generation_prompt=true`).
     #[test]
     fn qwen3_prompt_set() {

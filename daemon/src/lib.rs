@@ -17,5 +17,8 @@ pub mod server;
 pub mod store;
 pub mod tokenizer;
 
+#[cfg(test)]
+pub(crate) mod test_fixtures;
+
 /// The gRPC types, generated in the `todod-proto` crate that clients share.
 pub use todod_proto as proto;

@@ -192,8 +192,8 @@ async fn main() {
     }
     let python_render = baseline(&[
         script("render_baseline.py").to_str().unwrap(),
-        "--shared",
-        fixture("..").to_str().unwrap(),
+        "--fixtures",
+        fixture(".").to_str().unwrap(),
         "--seconds",
         "3",
     ]);

@@ -1,6 +1,7 @@
 //! One function per command. Local input (stdin, --spec) is checked before the
 //! daemon is dialled, so invalid input never reaches the server.
 mod live;
+mod ping;
 pub mod plans;
 pub mod tasks;
 mod wait;
@@ -221,6 +222,7 @@ pub async fn run(cli: Cli) -> Result<()> {
             plan,
             timeout,
         } => wait::wait(&ctx, task, plan, timeout).await,
+        Command::Ping { wait } => ping::ping(&ctx, wait).await,
         Command::Schedule {
             task,
             cron,

@@ -1,4 +1,4 @@
-//! Golden tests against `shared/fixtures/{smollm2,kimi_style}`: ids from
+//! Golden tests against `fixtures/{smollm2,kimi_style}`: ids from
 //! llama.cpp and from Python tiktoken run the way Kimi's code runs it. These
 //! tests fail, loudly, when the fixtures are not found.
 
@@ -6,21 +6,9 @@ use std::path::{Path, PathBuf};
 
 use super::*;
 
-/// `shared/fixtures/<name>`, looked for beside the crate and each of its
-/// parents (CI lays `shared/` beside the project root).
+/// The repository's `fixtures/<name>`.
 fn fixture_dir(name: &str) -> PathBuf {
-    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
-    manifest
-        .ancestors()
-        .map(|d| d.join("shared/fixtures").join(name))
-        .find(|d| d.is_dir())
-        .unwrap_or_else(|| {
-            panic!(
-                "FIXTURES MISSING: no shared/fixtures/{name} in {} or any parent; \
-                 these tests need the project's shared/ directory beside it",
-                manifest.display()
-            )
-        })
+    crate::test_fixtures::fixture(name)
 }
 
 struct Case {

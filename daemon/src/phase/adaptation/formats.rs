@@ -457,8 +457,7 @@ mod skim_tests {
             )
             .into_bytes(),
         );
-        let shared =
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures/prompts");
+        let prompts = crate::test_fixtures::fixture("prompts");
         for file in [
             "openai_messages.jsonl",
             "sharegpt.jsonl",
@@ -466,7 +465,7 @@ mod skim_tests {
             "qwen3_rendered.jsonl",
             "bad_lines.jsonl",
         ] {
-            let bytes = std::fs::read(shared.join(file))
+            let bytes = std::fs::read(prompts.join(file))
                 .unwrap_or_else(|e| panic!("FIXTURES MISSING: {file}: {e}"));
             lines.extend(bytes.split(|b| *b == b'\n').map(<[u8]>::to_vec));
         }
