@@ -302,3 +302,35 @@ fn ping_says_whether_the_daemon_serves_and_waits_for_one_that_starts_late() {
         "{run:#?}"
     );
 }
+
+#[test]
+fn ping_waits_over_tcp_for_a_daemon_whose_token_is_written_after_it_asked() {
+    // As README's example runs it: todoctl asks before the daemon has
+    // started, so before the token it reads from the state directory exists.
+    let state = tempfile::tempdir().unwrap();
+    let port = ClosedPort::new().port; // free again once dropped
+    let addr = format!("http://127.0.0.1:{port}");
+    let waiting = {
+        let mut cmd = todod_e2e::cli::todoctl_at(&addr, None);
+        cmd.env("TODOD_STATE_DIR", state.path())
+            .args(["ping", "--wait", "10m"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        cmd.spawn().unwrap()
+    };
+    let mut daemon = todod_e2e::todod_command(
+        state.path(),
+        &["--listen", &format!("127.0.0.1:{port}"), "--socket", "none"],
+    )
+    .spawn()
+    .unwrap();
+    let run = finish(waiting, None);
+    let _ = daemon.kill();
+    let _ = daemon.wait();
+    assert_eq!(run.code, 0, "{run:#?}");
+    assert!(
+        run.stdout
+            .starts_with(&format!("todod serving at {addr}: 0 plans")),
+        "{run:#?}"
+    );
+}

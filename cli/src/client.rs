@@ -146,14 +146,22 @@ impl Connector {
 
     /// The same address and token, another client name.
     pub fn with_client_name(&self, name: &str) -> Result<Connector, CliError> {
-        let token = self
-            .metadata
+        Connector::new(&self.addr, self.token(), name)
+    }
+
+    /// The same address and client name, another token.
+    pub fn with_token(&self, token: Option<&str>) -> Result<Connector, CliError> {
+        let name = self.metadata.client.to_str().unwrap_or("todoctl");
+        Connector::new(&self.addr, token, name)
+    }
+
+    /// The token it sends, if any.
+    pub fn token(&self) -> Option<&str> {
+        self.metadata
             .auth
             .as_ref()
             .and_then(|a| a.to_str().ok())
             .and_then(|a| a.strip_prefix("Bearer "))
-            .map(str::to_string);
-        Connector::new(&self.addr, token.as_deref(), name)
     }
 
     /// Dials the daemon. A failure is reported as "cannot reach todod" (exit 5).

@@ -20,6 +20,14 @@ use crate::error::CliError;
 pub struct Ctx {
     pub connector: Connector,
     pub json: bool,
+    /// Where the token is read from when none was given (`ping --wait`
+    /// reads it again: a daemon that starts after it writes a new one).
+    pub token_source: Option<TokenSource>,
+}
+
+/// No token was given: it is read from the daemon's state directory.
+pub struct TokenSource {
+    pub state_dir: Option<std::path::PathBuf>,
 }
 
 impl Ctx {
@@ -129,9 +137,13 @@ pub async fn run(cli: Cli) -> Result<()> {
         (_, name) => name,
     };
     let connector = Connector::new(&g.addr, token.as_deref(), client_name)?;
+    let token_given = g.token.as_deref().is_some_and(|t| !t.trim().is_empty());
     let ctx = Ctx {
         connector,
         json: g.json,
+        token_source: (!token_given).then(|| TokenSource {
+            state_dir: g.state_dir.clone(),
+        }),
     };
     match cli.command {
         Command::Status {

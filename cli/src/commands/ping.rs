@@ -10,6 +10,7 @@ use todod_proto::ListPlansRequest;
 use tonic::Code;
 
 use super::{emit, emit_json, Ctx};
+use crate::client::{token_from_state_dir, Connector};
 use crate::error::{CliError, Exit};
 
 /// The pause between two tries grows to this.
@@ -21,10 +22,19 @@ pub async fn ping(ctx: &Ctx, wait: Option<Duration>) -> Result<()> {
     let mut pause = Duration::from_millis(50);
     loop {
         let tried = Instant::now();
-        match read_plans(ctx).await {
+        // A token read from the state directory is read again at each try:
+        // a daemon that starts after the first writes its token then.
+        let connector = match &ctx.token_source {
+            Some(source) => {
+                let token = token_from_state_dir(ctx.connector.addr(), source.state_dir.as_deref());
+                ctx.connector.with_token(token.as_deref())?
+            }
+            None => ctx.connector.clone(),
+        };
+        match read_plans(&connector).await {
             Ok(plans) => {
                 let millis = tried.elapsed().as_secs_f64() * 1000.0;
-                let addr = ctx.connector.addr();
+                let addr = connector.addr();
                 return if ctx.json {
                     emit_json(&json!({
                         "serving": true,
@@ -40,8 +50,9 @@ pub async fn ping(ctx: &Ctx, wait: Option<Duration>) -> Result<()> {
                     ))
                 };
             }
-            // Not up yet: try again while the wait lasts.
-            Err(e) if e.exit == Exit::Unreachable => match deadline {
+            // Not up yet (or up, but its token not yet read): try again
+            // while the wait lasts.
+            Err(e) if retryable(&e, &connector, ctx) => match deadline {
                 Some(deadline) if Instant::now() + pause < deadline => {
                     tokio::time::sleep(pause).await;
                     pause = (pause * 2).min(MAX_PAUSE);
@@ -67,9 +78,17 @@ pub async fn ping(ctx: &Ctx, wait: Option<Duration>) -> Result<()> {
     }
 }
 
+/// Whether another try may be answered otherwise: nothing answered, or the
+/// daemon refused a call that carried no token because its token file was
+/// not there yet.
+fn retryable(e: &CliError, connector: &Connector, ctx: &Ctx) -> bool {
+    e.exit == Exit::Unreachable
+        || (e.exit == Exit::Auth && ctx.token_source.is_some() && connector.token().is_none())
+}
+
 /// How many live plans the daemon lists, or why it could not say.
-async fn read_plans(ctx: &Ctx) -> Result<usize, CliError> {
-    let mut client = ctx.client().await?;
+async fn read_plans(connector: &Connector) -> Result<usize, CliError> {
+    let mut client = connector.connect().await?;
     match client
         .list_plans(ListPlansRequest {
             highlight_limit: 0,
@@ -82,11 +101,11 @@ async fn read_plans(ctx: &Ctx) -> Result<usize, CliError> {
             Exit::from_code(status.code()),
             match status.code() {
                 Code::Unavailable => {
-                    crate::error::unreachable_message(ctx.connector.addr(), status.message())
+                    crate::error::unreachable_message(connector.addr(), status.message())
                 }
                 _ => format!(
                     "todod at {} answered: {}",
-                    ctx.connector.addr(),
+                    connector.addr(),
                     status.message()
                 ),
             },
