@@ -427,6 +427,7 @@ mod tests {
             connector: crate::client::Connector::new("http://127.0.0.1:1", None, "t")
                 .expect("valid"),
             json: true,
+            token_source: None,
         };
         let err = graph(&ctx, "p", true, false).await.expect_err("refused");
         let err = err.downcast_ref::<CliError>().expect("a CliError");
