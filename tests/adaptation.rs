@@ -4,11 +4,14 @@
 //! byte for byte, bad lines are rejected with their reasons, and kill -9
 //! during a long adaptation leaves the output byte-identical.
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use serde_json::{json, Value};
 use todod_e2e::fixtures::fixture;
 use todod_e2e::rng::TestRng;
-use todod_e2e::{create_phase, proto, wait_task, Client, RealDaemon, TestDaemon};
+use todod_e2e::{
+    create_phase, kill_while_running, proto, wait_task, Client, Kill, RealDaemon, TestDaemon,
+};
 
 async fn create(c: &mut Client, plan: &str, spec: &Value) -> String {
     create_phase(c, plan, "prompt_adaptation", &spec.to_string(), &[])
@@ -381,34 +384,23 @@ async fn an_adaptation_killed_again_and_again_writes_the_same_bytes() {
     let mut daemon = RealDaemon::spawn(state.path());
     let mut c = daemon.client().await;
     let id = create(&mut c, "kill", &spec(&killed)).await;
-    let mut kills = 0;
-    let mut done_at_kill: Vec<i64> = Vec::new();
-    while kills < KILLS {
-        let last = done_at_kill.last().copied().unwrap_or(0);
-        let now = wait_task(&mut c, "kill", &id, |t| {
-            t.status != "pending" && t.status != "in_progress"
-                || t.progress.as_ref().is_some_and(|p| p.done > last)
-        })
-        .await;
-        if now.status != "in_progress" && now.status != "pending" {
-            break;
+    // Each kill lands in the middle of the work: after this daemon has
+    // committed something new, at a random moment.
+    let mut kills: Vec<Kill> = Vec::new();
+    while kills.len() < KILLS {
+        let delay = Duration::from_millis(rng.below(200));
+        let last = kills.last();
+        let landed = kill_while_running(&mut daemon, state.path(), "kill", &id, last, delay).await;
+        match landed {
+            Some(kill) => kills.push(kill),
+            None => break,
         }
-        tokio::time::sleep(std::time::Duration::from_millis(rng.below(200))).await;
-        done_at_kill.push(
-            c.get_task(proto::GetTaskRequest { id: id.clone() })
-                .await
-                .unwrap()
-                .into_inner()
-                .progress
-                .map_or(0, |p| p.done),
-        );
-        daemon.kill9();
-        kills += 1;
-        daemon = RealDaemon::spawn(state.path());
-        c = daemon.client().await;
     }
+    let mut c = daemon.client().await;
     let task = ended(&mut c, "kill", &id).await;
     daemon.terminate();
+    let done_at_kill: Vec<i64> = kills.iter().map(|k| k.done).collect();
+    let kills = kills.len();
     println!("{kills} kills at {done_at_kill:?} ({})", rng.replay());
     assert_eq!(task.status, "completed", "{}", task.error);
     assert!(

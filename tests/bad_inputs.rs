@@ -181,7 +181,7 @@ async fn bad_inputs_get_the_right_code_and_leave_the_store_unchanged() {
         ("empty plan name", Call::Write(write_request("", full())), Code::InvalidArgument, "plan"),
         ("plan name with a space", Call::Write(write_request("my plan", full())), Code::InvalidArgument, "plan"),
         ("too many items", write((0..10_001).map(|i| item("", &i.to_string(), "", "")).collect()), Code::InvalidArgument, "todos"),
-        ("oversized message", write(vec![item("", &"x".repeat(5 * 1024 * 1024), "", "")]), Code::OutOfRange, ""),
+        ("oversized message", write(vec![item("", &"x".repeat(5 * 1024 * 1024), "", "")]), Code::OutOfRange, "the limit is: 4194304 bytes"),
         ("negative revision", Call::Write(proto::WriteTodosRequest { expected_revision: -1, ..write_request("p", full()) }), Code::InvalidArgument, "expected_revision"),
         ("plan exists", Call::CreatePlan(proto::CreatePlanRequest { name: "p".into(), title: String::new() }), Code::AlreadyExists, "plan p"),
         ("phase without spec", Call::CreateTask(proto::CreateTaskRequest { plan: "p".into(), content: "gen".into(), kind: "generation".into(), ..Default::default() }), Code::InvalidArgument, "spec_json"),
@@ -216,7 +216,12 @@ async fn bad_inputs_get_the_right_code_and_leave_the_store_unchanged() {
         ("watch unknown plan", Call::Watch(proto::WatchPlanRequest { plan: "ghost".into(), ..Default::default() }), Code::NotFound, "ghost"),
         ("watch from now and a cursor", Call::Watch(proto::WatchPlanRequest { plan: "p".into(), after_seq: 3, from_now: true }), Code::InvalidArgument, "from_now"),
     ];
-    assert!(cases.len() >= 25);
+    // Each case has a name of its own, so that a failure says which it is.
+    let mut names: Vec<&str> = cases.iter().map(|case| case.0).collect();
+    names.sort_unstable();
+    let count = names.len();
+    names.dedup();
+    assert_eq!(names.len(), count, "two cases share a name");
 
     let before = snapshot(&mut c).await;
     for (name, request, code, needle) in cases {

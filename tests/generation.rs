@@ -9,7 +9,10 @@ use serde_json::Value;
 use todod_e2e::gen::{self, assert_result_matches, prompt_texts, write_prompts, written};
 use todod_e2e::mock_openai::{Fault, MockOpenAi, Settings};
 use todod_e2e::rng::TestRng;
-use todod_e2e::{create_generation, proto, transition, wait_task, Client, RealDaemon, TestDaemon};
+use todod_e2e::{
+    create_generation, kill_while_running, proto, transition, wait_task, Client, Kill, RealDaemon,
+    TestDaemon,
+};
 
 fn spec(dir: &Path, url: &str, concurrency: usize) -> String {
     gen::spec(dir, url, concurrency).to_string()
@@ -120,20 +123,37 @@ async fn cancel_stops_the_run_and_retry_continues_from_the_checkpoint() {
     let done_at_cancel = task.progress.unwrap().done;
     assert!(done_at_cancel < 60, "cancelled too late to test anything");
     // Nothing runs while cancelled: past the requests in flight at the
-    // cancel, the mock hears nothing more for as long as we care to wait.
+    // cancel (at most the concurrency, 100 ms each), the mock hears nothing
+    // more and the output file does not change, for as long as we care to
+    // wait.
     let requests_at_cancel = mock.requests();
+    let out = dir.path().join("out.jsonl");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let file_at_cancel = std::fs::read(&out).unwrap();
+    // What the run committed is in the file (a line past it is redone).
+    let lines_at_cancel = file_at_cancel.iter().filter(|&&b| b == b'\n').count();
+    assert!(
+        lines_at_cancel >= done_at_cancel as usize,
+        "{done_at_cancel} records committed, {lines_at_cancel} lines in the file"
+    );
     tokio::time::sleep(Duration::from_millis(600)).await;
     assert!(
         mock.requests() <= requests_at_cancel + 2,
         "{} requests after the cancel",
         mock.requests() - requests_at_cancel
     );
+    assert!(
+        std::fs::read(&out).unwrap() == file_at_cancel,
+        "written while cancelled: {} bytes, {} at the cancel",
+        std::fs::metadata(&out).unwrap().len(),
+        file_at_cancel.len()
+    );
     let requests_at_cancel = mock.requests();
     let task = wait_status(&mut c, &id, &["cancelled"]).await;
     assert_eq!(
         task.progress.unwrap().done,
         done_at_cancel,
-        "written while cancelled"
+        "committed while cancelled"
     );
 
     c.transition_task(transition(&id, "pending")).await.unwrap(); // restore
@@ -151,14 +171,20 @@ async fn cancel_stops_the_run_and_retry_continues_from_the_checkpoint() {
     );
 }
 
-/// The torture test: the real daemon, killed with SIGKILL at random moments,
-/// restarted each time, with no client call to resume it. It kills until the
-/// run has ended or the kills are done; what it asserts is that every record
-/// is there once and that the counts a user reads match the files.
+/// The torture test: the real daemon, killed with SIGKILL at random moments
+/// inside the run (each after the run committed progress past the last
+/// kill), restarted each time, with no client call to resume it. It kills
+/// until the run has ended or the kills are done, and at least `MIN_KILLS`
+/// must have landed mid-run; what it asserts is that every record is there
+/// once and that the counts a user reads match the files.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn generation_survives_repeated_kill_9_with_every_record_once() {
-    const PROMPTS: usize = 3000;
+    // About 200 records a second, a checkpoint a second, and each kill only
+    // after the run committed past the last: a run of 25 s takes more kills
+    // than the floor, however the moments fall.
+    const PROMPTS: usize = 5000;
     const KILLS: usize = 20;
+    const MIN_KILLS: usize = 8;
     let mock = MockOpenAi::start(Settings {
         latency: Duration::from_millis(40),
         ..Settings::default()
@@ -172,22 +198,28 @@ async fn generation_survives_repeated_kill_9_with_every_record_once() {
     let mut daemon = RealDaemon::spawn(state.path());
     let mut c = daemon.client().await;
     let id = create(&mut c, spec(dir.path(), &mock.url, 8)).await;
-    let mut kills = 0;
-    while kills < KILLS {
-        tokio::time::sleep(Duration::from_millis(50 + rng.below(400))).await;
-        daemon.kill9();
-        kills += 1;
-        daemon = RealDaemon::spawn(state.path());
-        c = daemon.client().await;
-        let now = c
-            .get_task(proto::GetTaskRequest { id: id.clone() })
-            .await
-            .unwrap()
-            .into_inner();
-        if now.status != "in_progress" && now.status != "pending" {
-            break;
+    let mut kills: Vec<Kill> = Vec::new();
+    while kills.len() < KILLS {
+        let delay = Duration::from_millis(rng.below(400));
+        let last = kills.last();
+        let killed = kill_while_running(&mut daemon, state.path(), "gen", &id, last, delay).await;
+        match killed {
+            Some(kill) => kills.push(kill),
+            None => break,
         }
     }
+    let mut c = daemon.client().await;
+    let done_at_kill: Vec<i64> = kills.iter().map(|k| k.done).collect();
+    let kills = kills.len();
+    println!(
+        "{kills} kills at {done_at_kill:?} records done ({})",
+        rng.replay()
+    );
+    assert!(
+        kills >= MIN_KILLS,
+        "the run ended after {kills} kills mid-run; make it longer ({})",
+        rng.replay()
+    );
     let task = wait_status(&mut c, &id, &["completed", "failed"]).await;
     assert_eq!(
         task.status,
@@ -222,7 +254,11 @@ async fn generation_survives_repeated_kill_9_with_every_record_once() {
         .into_inner()
         .events;
     let resumed = events.iter().filter(|e| e.r#type == "resumed").count();
-    assert!(resumed >= 1, "no resumed event ({})", rng.replay());
+    assert!(
+        resumed >= kills,
+        "{resumed} resumed events after {kills} kills ({})",
+        rng.replay()
+    );
     assert!(events
         .iter()
         .all(|e| e.r#type != "resumed" || e.actor == "todod"));

@@ -134,11 +134,17 @@ async fn a_run_that_panics_fails_its_task_with_the_message() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_disk_fails_the_run_and_retry_after_freeing_space_loses_nothing() {
-    let mock = MockOpenAi::start(Settings::default()).await;
+    // 40 records a second, a checkpoint a second: the disk fills after
+    // some of them are committed, well before all 300 are written.
+    let mock = MockOpenAi::start(Settings {
+        latency: Duration::from_millis(100),
+        ..Settings::default()
+    })
+    .await;
     let data = tempfile::tempdir().unwrap();
     write_prompts(&data.path().join("prompts.jsonl"), 300, false);
     let disk = LossyFs::new();
-    disk.set_space(Some(8_000));
+    disk.set_space(Some(30_000));
     let options = || Options {
         fs: Some(Arc::new(disk.clone())),
         ..Options::default()
@@ -155,12 +161,37 @@ async fn a_full_disk_fails_the_run_and_retry_after_freeing_space_loses_nothing()
     assert_eq!(task.status, "failed");
     assert!(task.error.contains("No space left"), "{}", task.error);
     let committed = task.progress.map_or(0, |p| p.done);
+    assert!(
+        committed > 0 && committed < 300,
+        "{committed} records committed before the disk filled: nothing to resume from"
+    );
+    // What was committed is in the file (a torn line past it is cut).
+    let path = data.path().join("out.jsonl");
+    let lines = disk
+        .read(&path)
+        .unwrap()
+        .iter()
+        .filter(|&&b| b == b'\n')
+        .count();
+    assert!(
+        lines >= committed as usize,
+        "{committed} records committed, {lines} lines in the file"
+    );
 
     disk.set_space(None);
+    let before = mock.requests();
     c.transition_task(transition(&id, "pending")).await.unwrap();
     let task = wait_task(&mut c, "p", &id, finished).await;
     assert_eq!(task.status, "completed", "{}", task.error);
-    let out = String::from_utf8(disk.read(&data.path().join("out.jsonl")).unwrap()).unwrap();
+    // The retry went on from the checkpoint: no committed prompt was asked
+    // again (but for the failed run's last requests, at most 4, still on
+    // their way to the server when it ended).
+    assert!(
+        mock.requests() - before <= 300 - committed as usize + 4,
+        "{} requests on retry, {committed} of 300 were committed",
+        mock.requests() - before
+    );
+    let out = String::from_utf8(disk.read(&path).unwrap()).unwrap();
     let mut ids: Vec<String> = out
         .lines()
         .map(|l| {
@@ -176,6 +207,7 @@ async fn a_full_disk_fails_the_run_and_retry_after_freeing_space_loses_nothing()
     assert_eq!(ids.len(), 300, "a record twice");
     let result: Value = serde_json::from_str(&task.result_json).unwrap();
     assert_eq!(result["records"], 300);
+    assert_eq!(task.progress.map_or(0, |p| p.done), 300);
     println!("{committed} records were committed before the disk filled");
 }
 
@@ -305,25 +337,57 @@ async fn over_the_limit_fails_and_retry_finishes_the_job() {
 }
 
 /// An archived plan's phase tasks are not run (nor resumed) until the plan
-/// is restored: archiving stops the work, it does not just hide it.
-#[tokio::test]
+/// is restored: archiving stops the work, it does not just hide it. The
+/// daemon starts on a store holding a ready generation in an archived plan;
+/// while a generation of another plan runs to its end beside it, the
+/// archived one stays pending and writes nothing; restored, it runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_daemon_runs_no_phase_task_of_an_archived_plan() {
     use todod::domain::Kind;
     use todod::store::{Store, WriteContext};
+    let mock = MockOpenAi::start(Settings::default()).await;
+    let (shelved_data, live_data) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    for data in [&shelved_data, &live_data] {
+        write_prompts(&data.path().join("prompts.jsonl"), 20, false);
+    }
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(&dir.path().join("todod.db")).await.unwrap();
     let ctx = WriteContext::default();
     store.create_plan("shelved", "", &ctx).await.unwrap();
-    let task =
-        todod_e2e::stored_phase_task(&store, "shelved", Kind::Generation, r#"{"n":1}"#).await;
-    let runnable = |store: Store| async move {
-        let tasks = store.runnable_phase_tasks().await.unwrap();
-        tasks.iter().any(|t| t.id == task)
-    };
-    assert!(runnable(store.clone()).await, "a ready phase task runs");
+    let spec = gen::spec(shelved_data.path(), &mock.url, 2).to_string();
+    let task = todod_e2e::stored_phase_task(&store, "shelved", Kind::Generation, &spec).await;
     store.archive_plan("shelved", false, &ctx).await.unwrap();
-    assert!(!runnable(store.clone()).await, "not in an archived plan");
-    store.archive_plan("shelved", true, &ctx).await.unwrap();
-    assert!(runnable(store.clone()).await, "again once restored");
     store.close().await;
+
+    let daemon = TestDaemon::start_in(dir, Options::default()).await;
+    let mut c = daemon.client().await;
+    let live = create_generation(
+        &mut c,
+        "live",
+        gen::spec(live_data.path(), &mock.url, 2).to_string(),
+    )
+    .await;
+    let ran = wait_task(&mut c, "live", &live, finished).await;
+    assert_eq!(ran.status, "completed", "{}", ran.error);
+    // The daemon has looked for work since it started, and passed it over.
+    let id = task.to_string();
+    let shelved = get(&mut c, &id).await;
+    assert_eq!(shelved.status, "pending", "a task of an archived plan ran");
+    assert!(shelved.progress.is_none(), "{:?}", shelved.progress);
+    assert!(
+        !shelved_data.path().join("out.jsonl").exists(),
+        "a task of an archived plan wrote its output"
+    );
+
+    c.restore_plan(proto::PlanChangeRequest {
+        name: "shelved".into(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let ran = wait_task(&mut c, "shelved", &id, finished).await;
+    assert_eq!(ran.status, "completed", "{}", ran.error);
+    let files = written(shelved_data.path(), &prompt_texts(20));
+    assert_result_matches(&ran, &files, "restored");
+    daemon.stop().await;
 }

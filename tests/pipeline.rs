@@ -1,8 +1,9 @@
 //! The record pipeline on its own, with a small phase of this test's own, on
 //! a disk that forgets what was not fsynced when it "crashes" (`LossyFs`):
-//! a run is dropped at random moments (as a kill would end it), the disk
-//! crashes, and the next run resumes. Every record is written exactly once;
-//! with CPU processing the files are byte-identical to an uninterrupted run.
+//! a run is dropped at random moments once it has committed progress (as a
+//! kill would end it), the disk crashes, and the next run resumes. Every
+//! record is written exactly once; with CPU processing the files are
+//! byte-identical to an uninterrupted run.
 //! A missing fsync before a commit makes these tests fail: the resumed run
 //! finds its files shorter than the checkpoint says.
 use std::io;
@@ -188,36 +189,73 @@ async fn one_run(b: &Bench, cpu: bool, seed: u64) -> Result<Option<PhaseState>, 
     }
 }
 
-/// Runs to completion, dropping runs and crashing the disk `crashes` times.
+/// Waits for the run to commit progress past `last` lines (its progress
+/// event: the store's signal); returns the lines committed then.
+async fn committed_past(
+    b: &Bench,
+    events: &mut tokio::sync::watch::Receiver<i64>,
+    last: u64,
+) -> u64 {
+    loop {
+        events.changed().await.expect("the store is open");
+        let state = PhaseState::load(&b.context.store, b.context.task)
+            .await
+            .unwrap()
+            .unwrap_or_default();
+        if state.cursor.committed() > last {
+            return state.cursor.committed();
+        }
+    }
+}
+
+/// Runs to completion, crashing `crashes` times: each time the run has
+/// committed progress past the last crash, it goes on for a random moment
+/// and is dropped mid-flight (as a kill ends it), and the disk crashes.
+/// Returns the final state and the lines committed at each crash; a run
+/// that ends before all the crashes were made returns fewer.
 async fn run_with_crashes(
     b: &Bench,
     cpu: bool,
     rng: &mut TestRng,
     crashes: usize,
-) -> (PhaseState, usize) {
-    let mut crashed = 0;
+) -> (PhaseState, Vec<u64>) {
+    let mut crashed: Vec<u64> = Vec::new();
     loop {
-        let limit = Duration::from_millis(5 + rng.below(60));
-        if crashed >= crashes {
-            let state = one_run(b, cpu, rng.seed)
+        let run = one_run(b, cpu, rng.seed);
+        if crashed.len() >= crashes {
+            let state = run
                 .await
                 .unwrap_or_else(|e| panic!("run failed: {e} ({})", rng.replay()))
                 .expect("an uninterrupted run completes");
             return (state, crashed);
         }
-        match tokio::time::timeout(limit, one_run(b, cpu, rng.seed)).await {
-            Ok(Ok(Some(state))) => return (state, crashed),
-            Ok(Ok(None)) => panic!("a run stopped on its own ({})", rng.replay()),
-            Ok(Err(e)) => panic!(
-                "a run failed after {crashed} crashes: {e} ({})",
+        tokio::pin!(run);
+        let last = crashed.last().copied().unwrap_or(0);
+        let mut events = b.context.store.subscribe();
+        let ended = tokio::select! {
+            ended = &mut run => Some(ended),
+            at = committed_past(b, &mut events, last) => {
+                let moment = Duration::from_millis(rng.below(3));
+                match tokio::time::timeout(moment, &mut run).await {
+                    Ok(ended) => Some(ended),
+                    Err(_) => {
+                        crashed.push(at);
+                        None
+                    }
+                }
+            }
+        };
+        match ended {
+            Some(Ok(Some(state))) => return (state, crashed),
+            Some(Ok(None)) => panic!("a run stopped on its own ({})", rng.replay()),
+            Some(Err(e)) => panic!(
+                "a run failed after {} crashes: {e} ({})",
+                crashed.len(),
                 rng.replay()
             ),
-            Err(_) => {
-                // The run is dropped mid-flight, as a kill ends it; then the
-                // power goes: what was not fsynced is gone.
-                b.fs.crash();
-                crashed += 1;
-            }
+            // The run is dropped mid-flight, as a kill ends it; then the
+            // power goes: what was not fsynced is gone.
+            None => b.fs.crash(),
         }
     }
 }
@@ -242,9 +280,25 @@ async fn crashes_lose_and_repeat_nothing(cpu: bool) {
     } else {
         "pipeline_async_crashes"
     });
-    let (b, expected) = bench(6_000).await;
-    let (state, crashed) = run_with_crashes(&b, cpu, &mut rng, 25).await;
-    println!("{crashed} crashes");
+    // Every crash lands after the run committed a checkpoint past the last
+    // (2,048 lines apart, a few more while the drop comes) and before it
+    // ended: the input is long enough for all of them.
+    const CRASHES: usize = 25;
+    let lines: usize = if cpu { 200_000 } else { 80_000 };
+    let (b, expected) = bench(lines).await;
+    let (state, crashed) = run_with_crashes(&b, cpu, &mut rng, CRASHES).await;
+    println!("{} crashes at {crashed:?} lines committed", crashed.len());
+    assert_eq!(
+        crashed.len(),
+        CRASHES,
+        "the run ended after {} crashes mid-run; make the input longer ({})",
+        crashed.len(),
+        rng.replay()
+    );
+    assert!(
+        crashed.iter().all(|&at| at < lines as u64),
+        "a crash after every line was committed: {crashed:?}"
+    );
     let mut got = squares(&b.fs, &b.out);
     let stats: Stats = state.stats().unwrap();
     // The counters in the checkpoint are what the files hold.
@@ -265,7 +319,7 @@ async fn crashes_lose_and_repeat_nothing(cpu: bool) {
 
     if cpu {
         // Byte for byte what an uninterrupted run writes.
-        let (clean, _) = bench(6_000).await;
+        let (clean, _) = bench(lines).await;
         run_with_crashes(&clean, cpu, &mut rng, 0).await;
         for (a, b_path) in [(&b.out, &clean.out), (&b.rejects, &clean.rejects)] {
             assert!(

@@ -179,8 +179,19 @@ async fn a_file_makes_the_graph_once_and_changes_only_what_has_not_started() {
     assert_eq!(all.len(), 4, "one set of tasks");
 
     // The adaptation runs; the feasibility check fails (nothing answers).
-    let adapted = wait_task(&mut c, "datagen", &tasks[0].id, |t| t.status == "completed").await;
-    assert_eq!(adapted.status, "completed");
+    let adapted = wait_task(&mut c, "datagen", &tasks[0].id, |t| {
+        ["completed", "failed"].contains(&t.status.as_str())
+    })
+    .await;
+    assert_eq!(adapted.status, "completed", "{}", adapted.error);
+    let written = ids(&out.join("prompts.jsonl"));
+    assert_eq!(
+        written.len(),
+        300,
+        "the 300 shared conversations are adapted"
+    );
+    let result: Value = serde_json::from_str(&adapted.result_json).unwrap();
+    assert_eq!(result["records"], written.len(), "{result}");
     wait_task(&mut c, "datagen", &tasks[1].id, |t| t.status == "failed").await;
 
     // A change to a step that has not started is applied...
@@ -293,12 +304,15 @@ async fn the_whole_pipeline_runs_on_the_mock_with_a_kill_in_each_phase() {
     let state = dir.path().join("state");
     std::fs::create_dir(&state).unwrap();
     let out = dir.path().join("out");
-    // 6,000 ShareGPT conversations: the 300 shared ones under new ids, so
-    // that each phase runs long enough to be killed in.
+    // 12,000 ShareGPT conversations: the 300 shared ones under new ids, so
+    // that each phase commits progress well before it ends and a kill from
+    // outside lands inside it.
+    const ROUNDS: usize = 40;
+    const RECORDS: usize = 300 * ROUNDS;
     let prompts = dir.path().join("sharegpt.jsonl");
     let shared = std::fs::read_to_string(fixture("prompts/sharegpt.jsonl")).unwrap();
     let mut text = String::new();
-    for round in 0..20 {
+    for round in 0..ROUNDS {
         for line in shared.lines() {
             let mut v: Value = serde_json::from_str(line).unwrap();
             let id = format!("r{round}-{}", v["id"].as_str().unwrap_or("x"));
@@ -331,25 +345,36 @@ async fn the_whole_pipeline_runs_on_the_mock_with_a_kill_in_each_phase() {
         .iter()
         .map(|s| s.task.as_ref().unwrap().id.clone())
         .collect();
-    run_killing_each(
-        &mut daemon,
-        &state,
-        "datagen",
-        &tasks,
-        Duration::from_secs(120),
-    )
-    .await;
+    let (ended, kills) = run_killing_each(&mut daemon, &state, "datagen", &tasks).await;
+    let killed: Vec<&str> = kills.iter().map(|k| k.task.as_str()).collect();
+    assert_eq!(
+        killed,
+        tasks.iter().map(String::as_str).collect::<Vec<_>>(),
+        "a kill must land inside each phase, with work committed and not all of it: {kills:?}"
+    );
     let mut c = daemon.client().await;
 
     // Every prompt once through every phase.
     let adapted = ids(&out.join("prompts.jsonl"));
     let unique: BTreeSet<&String> = adapted.iter().collect();
     assert_eq!(unique.len(), adapted.len(), "an adapted prompt twice");
-    assert_eq!(adapted.len(), 6000);
+    assert_eq!(adapted.len(), RECORDS);
     let completed = ids(&out.join("completions.jsonl"));
     let unique: BTreeSet<&String> = completed.iter().collect();
     assert_eq!(unique.len(), completed.len(), "a completion twice");
     assert_eq!(completed.len(), adapted.len());
+    // What a person reads after the kills is what the files hold.
+    for (step, file) in [(0, &adapted), (2, &completed)] {
+        let result: Value = serde_json::from_str(&ended[step].result_json).unwrap();
+        assert_eq!(
+            result["records"],
+            file.len(),
+            "{}: {result}",
+            ended[step].kind
+        );
+        let done = ended[step].progress.as_ref().map_or(0, |p| p.done);
+        assert_eq!(done as usize, file.len(), "{}: progress", ended[step].kind);
+    }
     let tok = c
         .get_task(proto::GetTaskRequest {
             id: tasks[3].clone(),
@@ -358,8 +383,8 @@ async fn the_whole_pipeline_runs_on_the_mock_with_a_kill_in_each_phase() {
         .unwrap()
         .into_inner();
     let result: Value = serde_json::from_str(&tok.result_json).unwrap();
-    assert_eq!(result["records"], 6000, "{result}");
+    assert_eq!(result["records"], RECORDS, "{result}");
     let index = todod_e2e::megatron::read(&out.join("train"));
-    assert_eq!(index.sequences.len(), 6000);
+    assert_eq!(index.sequences.len(), RECORDS);
     assert!(out.join("train.parquet").exists());
 }

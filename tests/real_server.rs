@@ -3,7 +3,8 @@
 //! which `.ci/run` runs first). The 300 shared ShareGPT prompts are adapted
 //! to SmolLM2's template, the server is measured and a verdict given, the
 //! completions generated and tokenized into Megatron and Parquet files, with
-//! a kill -9 of the daemon inside each phase that is caught running. Every
+//! a kill -9 of the daemon inside each phase that is caught running (at
+//! least the sweep and the generation, which run long enough). Every
 //! output is checked: each prompt once through every phase, and the
 //! tokenized files against the tokenizer.
 //!
@@ -14,7 +15,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::Duration;
 
 use serde_json::Value;
 use todod_e2e::fixtures::fixture;
@@ -137,20 +137,24 @@ async fn the_example_pipeline_runs_on_llama_server_with_a_kill_in_each_phase() {
         .iter()
         .map(|s| s.task.as_ref().unwrap().id.clone())
         .collect();
-    let (ended, _) = run_killing_each(
-        &mut daemon,
-        &state,
-        "real",
-        &tasks,
-        Duration::from_secs(600),
-    )
-    .await;
+    let (ended, kills) = run_killing_each(&mut daemon, &state, "real", &tasks).await;
+    // The sweep and the generation run for many seconds on a real server: a
+    // kill must have landed inside each, with work committed and not all of
+    // it. The adaptation and tokenization of 300 records commit once and
+    // end; `plan_apply` kills those mid-run, on inputs big enough to be.
+    for (step, name) in [(1, "feasibility"), (2, "generation")] {
+        assert!(
+            kills.iter().any(|k| k.task == tasks[step]),
+            "no kill landed inside the {name} run: {kills:?}"
+        );
+    }
     let result = |i: usize| -> Value { serde_json::from_str(&ended[i].result_json).unwrap() };
 
     // Adaptation: the 300 conversations, each once.
     let prompts = ids(&out.join("prompts.jsonl"));
     assert_eq!(prompts.len(), 300);
     assert_eq!(prompts.iter().collect::<BTreeSet<_>>().len(), 300);
+    assert_eq!(result(0)["records"], prompts.len(), "{}", result(0));
 
     // Feasibility: a sweep, a level, a go.
     let feasibility = result(1);

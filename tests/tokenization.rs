@@ -5,6 +5,7 @@
 //! masks checked against the rendered text, and kill -9 during a long run.
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use arrow_array::{Array, Int32Array, Int64Array, Int8Array, ListArray, StringArray};
 use serde_json::{json, Value};
@@ -12,7 +13,10 @@ use todod::chat_template::{ChatTemplate, Clock, RenderInput};
 use todod::tokenizer::Tokenizer;
 use todod_e2e::fixtures::fixture;
 use todod_e2e::rng::TestRng;
-use todod_e2e::{create_phase, megatron, proto, wait_task, Client, RealDaemon, TestDaemon};
+use todod_e2e::{
+    create_phase, kill_while_running, megatron, proto, wait_task, Client, Kill, RealDaemon,
+    TestDaemon,
+};
 
 const WORDS: &[&str] = &[
     "the", "model", "answers", "a", "question", "about", "tokens", "and", "loss", "masks", "数据",
@@ -370,7 +374,7 @@ async fn a_tokenization_killed_again_and_again_writes_the_same_bytes() {
     let mut rng = TestRng::new("a_tokenization_killed_again_and_again");
     let data = tempfile::tempdir().unwrap();
     let input = data.path().join("generated.jsonl");
-    write_generation_output(&input, RECORDS, &mut rng);
+    let records = write_generation_output(&input, RECORDS, &mut rng);
     let spec = |prefix: &Path| {
         json!({
             "input": input, "tokenizer": fixture("smollm2"), "output_prefix": prefix,
@@ -392,43 +396,30 @@ async fn a_tokenization_killed_again_and_again_writes_the_same_bytes() {
     let mut daemon = RealDaemon::spawn(state.path());
     let mut c = daemon.client().await;
     let id = create(&mut c, "kill", &spec(&killed)).await;
-    let mut kills = 0;
-    let mut done_at_kill: Vec<i64> = Vec::new();
-    while kills < KILLS {
-        // Each kill lands in the middle of the work: after this daemon has
-        // committed something new, at a random moment.
-        let last = done_at_kill.last().copied().unwrap_or(0);
-        let now = wait_task(&mut c, "kill", &id, |t| {
-            t.status == "completed" || t.progress.as_ref().is_some_and(|p| p.done > last)
-        })
-        .await;
-        if now.status == "completed" {
-            break;
+    // Each kill lands in the middle of the work: after this daemon has
+    // committed something new, at a random moment.
+    let mut kills: Vec<Kill> = Vec::new();
+    while kills.len() < KILLS {
+        let delay = Duration::from_millis(rng.below(700));
+        let last = kills.last();
+        let landed = kill_while_running(&mut daemon, state.path(), "kill", &id, last, delay).await;
+        match landed {
+            Some(kill) => kills.push(kill),
+            None => break,
         }
-        tokio::time::sleep(std::time::Duration::from_millis(rng.below(700))).await;
-        let now = c
-            .get_task(proto::GetTaskRequest { id: id.clone() })
-            .await
-            .unwrap()
-            .into_inner();
-        if now.status == "completed" {
-            break;
-        }
-        done_at_kill.push(now.progress.map_or(0, |p| p.done));
-        daemon.kill9();
-        kills += 1;
-        daemon = RealDaemon::spawn(state.path());
-        c = daemon.client().await;
     }
+    let mut c = daemon.client().await;
     let task = finished(&mut c, "kill", &id).await;
     daemon.terminate();
+    let done_at_kill: Vec<i64> = kills.iter().map(|k| k.done).collect();
+    let kills = kills.len();
     println!(
         "{kills} kills at {done_at_kill:?} records done ({})",
         rng.replay()
     );
     assert!(
         kills >= MIN_KILLS,
-        "the run ended after {kills} kills; make it longer ({})",
+        "the run ended after {kills} kills mid-run; make it longer ({})",
         rng.replay()
     );
     for suffix in [".bin", ".idx", ".parquet", ".rejects.jsonl"] {
@@ -439,25 +430,98 @@ async fn a_tokenization_killed_again_and_again_writes_the_same_bytes() {
             rng.replay()
         );
     }
-    // The result and manifest tell the same counts.
-    let (a, b): (Value, Value) = (
-        serde_json::from_str(&expected.result_json).unwrap(),
-        serde_json::from_str(&task.result_json).unwrap(),
-    );
-    for key in [
-        "records",
-        "tokens",
-        "trained_tokens",
-        "dropped",
-        "rejected",
-        "length_histogram",
-    ] {
-        assert_eq!(a[key], b[key], "{key}");
-    }
+    // The result, the manifest and the progress tell the counts the files
+    // and the input hold, read here by readers of their own.
+    let kept = records
+        .iter()
+        .filter(|r| r["finish_reason"] != "length" && r["content"] != "")
+        .count();
+    let dropped_length = records
+        .iter()
+        .filter(|r| r["finish_reason"] == "length")
+        .count();
+    let dropped_empty = records
+        .iter()
+        .filter(|r| r["finish_reason"] != "length" && r["content"] == "")
+        .count();
     let indexed = megatron::read(&killed);
-    assert_eq!(b["records"], indexed.sequences.len());
+    let rows = read_parquet(&with(&killed, ".parquet"));
+    assert_eq!(indexed.sequences.len(), kept);
+    assert_eq!(rows.len(), kept);
+    let tokens: u64 = indexed.sizes.iter().map(|&s| s as u64).sum();
+    let trained = rows
+        .iter()
+        .map(|(_, _, _, labels)| labels.iter().filter(|&&l| l != -100).count() as u64)
+        .sum::<u64>();
+    let mut histogram: std::collections::BTreeMap<u64, u64> = Default::default();
+    for &size in &indexed.sizes {
+        let size = size as u64;
+        let bucket = if size < 2 {
+            0
+        } else {
+            63 - u64::from(size.leading_zeros())
+        };
+        *histogram.entry(bucket).or_default() += 1;
+    }
+    let rejects = std::fs::read_to_string(with(&killed, ".rejects.jsonl")).unwrap();
+    assert_eq!(rejects.lines().count(), dropped_length + dropped_empty);
+
+    let result: Value = serde_json::from_str(&task.result_json).unwrap();
+    let manifest: Value =
+        serde_json::from_str(&std::fs::read_to_string(with(&killed, ".manifest.json")).unwrap())
+            .unwrap();
+    for (name, told) in [("result", &result), ("manifest", &manifest)] {
+        assert_eq!(told["records"], kept, "{name}: records");
+        assert_eq!(told["tokens"], tokens, "{name}: tokens");
+        assert_eq!(told["trained_tokens"], trained, "{name}: trained_tokens");
+        assert_eq!(
+            told["masked_tokens"],
+            tokens - trained,
+            "{name}: masked_tokens"
+        );
+        assert_eq!(
+            told["dropped"]["length_finish"], dropped_length,
+            "{name}: dropped"
+        );
+        assert_eq!(told["dropped"]["empty"], dropped_empty, "{name}: dropped");
+        assert_eq!(told["rejected"], 0, "{name}: rejected");
+    }
     assert_eq!(
-        b["tokens"],
-        indexed.sizes.iter().map(|&s| s as u64).sum::<u64>()
+        result["length_histogram"],
+        json!(histogram
+            .iter()
+            .map(|(k, n)| json!([k, n]))
+            .collect::<Vec<_>>()),
+        "result: length_histogram"
+    );
+    assert_eq!(
+        manifest["length_histogram"],
+        json!(histogram
+            .iter()
+            .map(|(&k, &n)| {
+                let (from, to) = match k {
+                    0 => (0, 1),
+                    _ => (1u64 << k, (1u64 << (k + 1)) - 1),
+                };
+                json!({"from": from, "to": to, "records": n})
+            })
+            .collect::<Vec<_>>()),
+        "manifest: length_histogram"
+    );
+    for (name, file) in manifest["files"].as_object().unwrap() {
+        let path = PathBuf::from(file["path"].as_str().unwrap());
+        assert_eq!(file["sha256"], sha256(&path), "manifest: {name}");
+    }
+    // And the uninterrupted run told the same.
+    let uninterrupted: Value = serde_json::from_str(&expected.result_json).unwrap();
+    for key in ["records", "tokens", "trained_tokens", "dropped", "rejected"] {
+        assert_eq!(uninterrupted[key], result[key], "{key}");
+    }
+    // What a person reads after the kills: every kept record done, and the
+    // dropped ones neither done nor part of the total.
+    let progress = task.progress.clone().unwrap();
+    assert_eq!(
+        (progress.done, progress.total, progress.rejected),
+        (kept as i64, kept as i64, 0)
     );
 }

@@ -63,9 +63,15 @@ const STYLES: [Style; 5] = [
     Style::Dim,
 ];
 
-/// `text` marked for `style` when colour is on.
+/// `text` marked for `style` when colour is on (as `init` decided).
 pub fn paint(text: &str, style: Style) -> Cow<'_, str> {
-    if ON.load(Ordering::Relaxed) {
+    paint_if(ON.load(Ordering::Relaxed), text, style)
+}
+
+/// `text` marked for `style` when `colour` says so: the choice is the
+/// caller's, for this call alone.
+pub fn paint_if(colour: bool, text: &str, style: Style) -> Cow<'_, str> {
+    if colour {
         let index = STYLES
             .iter()
             .position(|s| s.code() == style.code())
@@ -136,11 +142,11 @@ mod tests {
 
     #[test]
     fn paint_marks_only_when_on_and_the_marks_become_sgr() {
-        ON.store(false, Ordering::Relaxed);
-        assert_eq!(paint("[x]", Style::Done), "[x]");
-        ON.store(true, Ordering::Relaxed);
-        let marked = paint("[x]", Style::Done).into_owned();
-        ON.store(false, Ordering::Relaxed);
+        // The choice per call: the process's flag, which the render tests
+        // beside this one read, is left alone.
+        assert_eq!(paint_if(false, "[x]", Style::Done), "[x]");
+        let marked = paint_if(true, "[x]", Style::Done).into_owned();
+        assert_eq!(marked, format!("{OPEN}a[x]{CLOSE}"));
         assert_eq!(to_ansi(&marked), "\x1b[32m[x]\x1b[0m");
         let failed = format!("{OPEN}c[!]{CLOSE}");
         assert_eq!(to_ansi(&failed), "\x1b[1;31m[!]\x1b[0m");

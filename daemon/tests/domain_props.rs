@@ -80,59 +80,6 @@ proptest! {
         }
     }
 
-    #[test]
-    fn list_writes_keep_the_invariants(
-        setup in prop::collection::vec(op(), 0..40),
-        items in prop::collection::vec(
-            (prop::option::of(0..12usize), 0..6usize, prop::option::of(status()),
-             prop::option::of(prop::collection::vec(0..12usize, 0..3))),
-            0..10),
-    ) {
-        let (g, stored) = stored_plan(setup);
-        let ids: Vec<TaskId> = g.ids().collect();
-        let items: Vec<TodoItem> = items.into_iter().map(|(id, content, status, deps)| TodoItem {
-            id: id.and_then(|i| ids.get(i % ids.len().max(1)).copied()),
-            content: format!("task {content}"),
-            status,
-            priority: None,
-            depends_on: deps.map(|d| d.into_iter().filter_map(|i| ids.get(i % ids.len().max(1)).copied()).collect::<Vec<_>>()).filter(|d| !d.is_empty()),
-            metadata: None,
-        }).collect();
-
-        if let Ok(write) = reconcile(&stored, &items) {
-            // Apply the changes to a model: the result must be sound, every
-            // item's requested status must hold, and phase tasks stay live.
-            let mut model: BTreeMap<TaskId, (Status, bool)> =
-                stored.iter().map(|t| (t.id, (t.status, false))).collect();
-            let mut after = g.clone();
-            for change in &write.changes {
-                match change {
-                    Change::Created { id, .. } => { model.insert(*id, (Status::Pending, false)); after.insert(*id, Status::Pending); }
-                    Change::StatusChanged { id, from, to } => {
-                        prop_assert_eq!(model[id].0, *from);
-                        model.get_mut(id).unwrap().0 = *to;
-                        after.insert(*id, *to);
-                    }
-                    Change::DependencyAdded { id, depends_on } => after.insert_edge(*id, *depends_on),
-                    Change::DependencyRemoved { id, depends_on } => { after.remove_edge(*id, *depends_on); }
-                    Change::Archived { id } => {
-                        prop_assert!(!stored.iter().any(|t| t.id == *id && t.kind.is_phase()));
-                        model.get_mut(id).unwrap().1 = true;
-                        prop_assert_eq!(after.dependencies(*id).count() + after.dependents(*id).count(), 0);
-                        after.remove(*id);
-                    }
-                    _ => {}
-                }
-            }
-            assert_sound(&after);
-            for (item, id) in items.iter().zip(&write.resolved) {
-                if let Some(s) = item.status {
-                    prop_assert_eq!(model[id].0, s);
-                }
-            }
-        }
-    }
-
     /// The refused side: a list that restates the plan exactly as read (what
     /// an agent that lost its context sends back) is accepted and changes
     /// nothing, whatever the plan holds, phase tasks included.
@@ -173,6 +120,105 @@ proptest! {
         prop_assert_eq!(changes.len(), 1, "{:?}", changes);
         prop_assert!(matches!(changes[0], Change::Created { .. }), "{:?}", changes);
     }
+}
+
+/// Any list written over any plan: an accepted write leaves the graph sound
+/// and every status it asked for holds. A refusal is the rules at work and
+/// is not checked here; but a run that refused nearly every write would
+/// check nothing, so a share of the writes must be accepted.
+#[test]
+fn list_writes_keep_the_invariants() {
+    use proptest::test_runner::{Config, TestRunner};
+    const CASES: u32 = 256;
+    let accepted = std::cell::Cell::new(0u32);
+    let items = prop::collection::vec(
+        (
+            prop::option::of(0..12usize),
+            0..6usize,
+            prop::option::of(status()),
+            prop::option::of(prop::collection::vec(0..12usize, 0..3)),
+        ),
+        0..10,
+    );
+    let mut runner = TestRunner::new(Config {
+        source_file: Some(file!()),
+        ..Config::with_cases(CASES)
+    });
+    let strategy = (prop::collection::vec(op(), 0..40), items);
+    runner
+        .run(&strategy, |(setup, items)| {
+            let (g, stored) = stored_plan(setup);
+            let ids: Vec<TaskId> = g.ids().collect();
+            let items: Vec<TodoItem> = items
+                .into_iter()
+                .map(|(id, content, status, deps)| TodoItem {
+                    id: id.and_then(|i| ids.get(i % ids.len().max(1)).copied()),
+                    content: format!("task {content}"),
+                    status,
+                    priority: None,
+                    depends_on: deps
+                        .map(|d| {
+                            d.into_iter()
+                                .filter_map(|i| ids.get(i % ids.len().max(1)).copied())
+                                .collect::<Vec<_>>()
+                        })
+                        .filter(|d| !d.is_empty()),
+                    metadata: None,
+                })
+                .collect();
+            let Ok(write) = reconcile(&stored, &items) else {
+                return Ok(());
+            };
+            accepted.set(accepted.get() + 1);
+            // Apply the changes to a model: the result must be sound, every
+            // item's requested status must hold, and phase tasks stay live.
+            let mut model: BTreeMap<TaskId, (Status, bool)> =
+                stored.iter().map(|t| (t.id, (t.status, false))).collect();
+            let mut after = g.clone();
+            for change in &write.changes {
+                match change {
+                    Change::Created { id, .. } => {
+                        model.insert(*id, (Status::Pending, false));
+                        after.insert(*id, Status::Pending);
+                    }
+                    Change::StatusChanged { id, from, to } => {
+                        prop_assert_eq!(model[id].0, *from);
+                        model.get_mut(id).unwrap().0 = *to;
+                        after.insert(*id, *to);
+                    }
+                    Change::DependencyAdded { id, depends_on } => {
+                        after.insert_edge(*id, *depends_on)
+                    }
+                    Change::DependencyRemoved { id, depends_on } => {
+                        after.remove_edge(*id, *depends_on);
+                    }
+                    Change::Archived { id } => {
+                        prop_assert!(!stored.iter().any(|t| t.id == *id && t.kind.is_phase()));
+                        model.get_mut(id).unwrap().1 = true;
+                        prop_assert_eq!(
+                            after.dependencies(*id).count() + after.dependents(*id).count(),
+                            0
+                        );
+                        after.remove(*id);
+                    }
+                    _ => {}
+                }
+            }
+            assert_sound(&after);
+            for (item, id) in items.iter().zip(&write.resolved) {
+                if let Some(s) = item.status {
+                    prop_assert_eq!(model[id].0, s);
+                }
+            }
+            Ok(())
+        })
+        .unwrap();
+    // The floor: at least one write in sixteen is accepted.
+    assert!(
+        accepted.get() >= CASES / 16,
+        "only {} of {CASES} writes were accepted: the invariants were hardly checked",
+        accepted.get()
+    );
 }
 
 /// A sound stored plan built from random operations; every fifth task is a

@@ -87,6 +87,8 @@ struct State {
     /// Requests whose client hung up before the answer was complete.
     abandoned: AtomicUsize,
     abandoned_changed: Notify,
+    /// Cold requests that have waited out their `cold_latency`.
+    cold_waited: AtomicUsize,
     /// Permits held away from requests: the capacity taken by `set_capacity`.
     held: Mutex<Vec<tokio::sync::OwnedSemaphorePermit>>,
     capacity: usize,
@@ -208,6 +210,12 @@ impl MockOpenAi {
 
     pub fn requests(&self) -> usize {
         self.state.requests.load(Ordering::SeqCst)
+    }
+
+    /// Cold requests whose answer has been due (their `cold_latency` has
+    /// passed), whether or not their client still waited for it.
+    pub fn cold_answers_due(&self) -> usize {
+        self.state.cold_waited.load(Ordering::SeqCst)
     }
 
     pub fn bodies(&self) -> Vec<Value> {
@@ -358,6 +366,7 @@ async fn serve(
     tokio::time::sleep(settings.latency).await;
     if cold {
         tokio::time::sleep(settings.cold_latency).await;
+        state.cold_waited.fetch_add(1, Ordering::SeqCst);
     }
 
     match fault {

@@ -464,7 +464,10 @@ mod tests {
         assert_eq!(plan_name_for(Path::new("/srv/datagen.v2")), "datagen.v2");
         assert_eq!(plan_name_for(Path::new("/")), "project");
         assert_eq!(plan_name_for(Path::new("/x/ü")), "project");
-        assert_eq!(path_hash("/a/app"), path_hash("/a/app"));
-        assert_ne!(path_hash("/a/app"), path_hash("/b/app"));
+        // FNV-1a's own test vectors, then paths: stable, and apart.
+        assert_eq!(path_hash(""), "811c9dc5");
+        assert_eq!(path_hash("a"), "e40c292c");
+        assert_eq!(path_hash("/a/app"), "5dc90e4d");
+        assert_eq!(path_hash("/b/app"), "d4d769c0");
     }
 }
