@@ -9,9 +9,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use todod_e2e::fixtures::fixture;
 use todod_e2e::rng::TestRng;
-use todod_e2e::{
-    create_phase, kill_while_running, proto, wait_task, Client, Kill, RealDaemon, TestDaemon,
-};
+use todod_e2e::{create_phase, kill_repeatedly, proto, wait_task, Client, RealDaemon, TestDaemon};
 
 async fn create(c: &mut Client, plan: &str, spec: &Value) -> String {
     create_phase(c, plan, "prompt_adaptation", &spec.to_string(), &[])
@@ -386,16 +384,10 @@ async fn an_adaptation_killed_again_and_again_writes_the_same_bytes() {
     let id = create(&mut c, "kill", &spec(&killed)).await;
     // Each kill lands in the middle of the work: after this daemon has
     // committed something new, at a random moment.
-    let mut kills: Vec<Kill> = Vec::new();
-    while kills.len() < KILLS {
-        let delay = Duration::from_millis(rng.below(200));
-        let last = kills.last();
-        let landed = kill_while_running(&mut daemon, state.path(), "kill", &id, last, delay).await;
-        match landed {
-            Some(kill) => kills.push(kill),
-            None => break,
-        }
-    }
+    let kills = kill_repeatedly(&mut daemon, state.path(), "kill", &id, KILLS, || {
+        Duration::from_millis(rng.below(200))
+    })
+    .await;
     let mut c = daemon.client().await;
     let task = ended(&mut c, "kill", &id).await;
     daemon.terminate();

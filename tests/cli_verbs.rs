@@ -120,14 +120,7 @@ fn the_manual_page_is_generated_without_a_daemon() {
         "http://{}",
         ClosedPort::new().url().trim_start_matches("http://")
     );
-    let run = todod_e2e::cli::run_cmd(
-        {
-            let mut cmd = todod_e2e::cli::todoctl_at(&addr, None);
-            cmd.arg("man");
-            cmd
-        },
-        None,
-    );
+    let run = todod_e2e::cli::run_at(&addr, None, &["man"]);
     assert_eq!(run.code, 0, "{run:#?}");
     assert!(run.stdout.contains(".TH todoctl 1"), "not a manual page");
     for verb in ["wait", "schedule", "status"] {
@@ -252,13 +245,10 @@ fn ping_says_whether_the_daemon_serves_and_waits_for_one_that_starts_late() {
     assert_eq!(answer["plans"], json!(1), "{answer}");
 
     // It answered, with a refusal: no waiting changes that, so --wait gives up at once.
-    let refused = todod_e2e::cli::run_cmd(
-        {
-            let mut cmd = todod_e2e::cli::todoctl_at(&env.addr(), Some("not-the-token-0123456789"));
-            cmd.args(["ping", "--wait", "10m"]);
-            cmd
-        },
-        None,
+    let refused = todod_e2e::cli::run_at(
+        &env.addr(),
+        Some("not-the-token-0123456789"),
+        &["ping", "--wait", "10m"],
     );
     assert_eq!(refused.code, 6, "{refused:#?}");
 
@@ -266,14 +256,7 @@ fn ping_says_whether_the_daemon_serves_and_waits_for_one_that_starts_late() {
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("late.sock");
     let addr = format!("unix:{}", socket.display());
-    let run = todod_e2e::cli::run_cmd(
-        {
-            let mut cmd = todod_e2e::cli::todoctl_at(&addr, None);
-            cmd.arg("ping");
-            cmd
-        },
-        None,
-    );
+    let run = todod_e2e::cli::run_at(&addr, None, &["ping"]);
     assert_eq!(run.code, 5, "{run:#?}");
     assert!(run.stderr.contains("cannot reach todod"), "{run:#?}");
 
@@ -331,6 +314,20 @@ fn ping_waits_over_tcp_for_a_daemon_whose_token_is_written_after_it_asked() {
     assert!(
         run.stdout
             .starts_with(&format!("todod serving at {addr}: 0 plans")),
+        "{run:#?}"
+    );
+}
+
+#[test]
+fn ping_does_not_take_a_daemon_that_never_answers_for_one_that_serves() {
+    // Connections are accepted (the kernel's backlog) but nothing answers:
+    // each try gives up, and ping says the daemon does not serve.
+    let silent = todod_e2e::SilentPort::new();
+    let run = todod_e2e::cli::run_at(&silent.url, Some("0123456789abcdef"), &["ping"]);
+    assert_eq!(run.code, 5, "{run:#?}");
+    assert!(
+        run.stderr.contains("did not answer a read within 10s")
+            || run.stderr.contains("cannot reach todod"),
         "{run:#?}"
     );
 }

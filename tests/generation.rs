@@ -10,7 +10,7 @@ use todod_e2e::gen::{self, assert_result_matches, prompt_texts, write_prompts, w
 use todod_e2e::mock_openai::{Fault, MockOpenAi, Settings};
 use todod_e2e::rng::TestRng;
 use todod_e2e::{
-    create_generation, kill_while_running, proto, transition, wait_task, Client, Kill, RealDaemon,
+    create_generation, kill_repeatedly, proto, transition, wait_task, Client, RealDaemon,
     TestDaemon,
 };
 
@@ -198,16 +198,10 @@ async fn generation_survives_repeated_kill_9_with_every_record_once() {
     let mut daemon = RealDaemon::spawn(state.path());
     let mut c = daemon.client().await;
     let id = create(&mut c, spec(dir.path(), &mock.url, 8)).await;
-    let mut kills: Vec<Kill> = Vec::new();
-    while kills.len() < KILLS {
-        let delay = Duration::from_millis(rng.below(400));
-        let last = kills.last();
-        let killed = kill_while_running(&mut daemon, state.path(), "gen", &id, last, delay).await;
-        match killed {
-            Some(kill) => kills.push(kill),
-            None => break,
-        }
-    }
+    let kills = kill_repeatedly(&mut daemon, state.path(), "gen", &id, KILLS, || {
+        Duration::from_millis(rng.below(400))
+    })
+    .await;
     let mut c = daemon.client().await;
     let done_at_kill: Vec<i64> = kills.iter().map(|k| k.done).collect();
     let kills = kills.len();

@@ -14,14 +14,29 @@ use todod::tokenizer::Tokenizer;
 use todod_e2e::fixtures::fixture;
 use todod_e2e::rng::TestRng;
 use todod_e2e::{
-    create_phase, kill_while_running, megatron, proto, wait_task, Client, Kill, RealDaemon,
-    TestDaemon,
+    create_phase, kill_repeatedly, megatron, proto, wait_task, Client, RealDaemon, TestDaemon,
 };
 
 const WORDS: &[&str] = &[
     "the", "model", "answers", "a", "question", "about", "tokens", "and", "loss", "masks", "数据",
     "训练", "émigré", "naïve", "🙂", "42", "3.14", "x=y+1;", "\n", "  ", "Kimi", "SmolLM",
 ];
+
+/// What the default spec does with generation records: those it keeps, and
+/// how many it drops for ending at max_tokens and for being empty.
+fn sorted_by_the_spec(records: &[Value]) -> (Vec<&Value>, usize, usize) {
+    let length = |r: &Value| r["finish_reason"] == "length";
+    let kept = records
+        .iter()
+        .filter(|r| !length(r) && r["content"] != "")
+        .collect();
+    let dropped_length = records.iter().filter(|r| length(r)).count();
+    let dropped_empty = records
+        .iter()
+        .filter(|r| !length(r) && r["content"] == "")
+        .count();
+    (kept, dropped_length, dropped_empty)
+}
 
 fn sentence(rng: &mut TestRng, words: usize) -> String {
     let mut out = String::new();
@@ -222,18 +237,7 @@ async fn conversations_read_back(model_dir: &Path, end_of_turn: &str, train_on: 
     let result: Value = serde_json::from_str(&task.result_json).unwrap();
 
     let model = model(model_dir);
-    let kept: Vec<&Value> = records
-        .iter()
-        .filter(|r| r["finish_reason"] != "length" && r["content"] != "")
-        .collect();
-    let dropped_length = records
-        .iter()
-        .filter(|r| r["finish_reason"] == "length")
-        .count();
-    let dropped_empty = records
-        .iter()
-        .filter(|r| r["finish_reason"] != "length" && r["content"] == "")
-        .count();
+    let (kept, dropped_length, dropped_empty) = sorted_by_the_spec(&records);
     assert_eq!(result["records"], kept.len(), "{result}");
     assert_eq!(
         result["dropped"]["length_finish"], dropped_length,
@@ -398,16 +402,10 @@ async fn a_tokenization_killed_again_and_again_writes_the_same_bytes() {
     let id = create(&mut c, "kill", &spec(&killed)).await;
     // Each kill lands in the middle of the work: after this daemon has
     // committed something new, at a random moment.
-    let mut kills: Vec<Kill> = Vec::new();
-    while kills.len() < KILLS {
-        let delay = Duration::from_millis(rng.below(700));
-        let last = kills.last();
-        let landed = kill_while_running(&mut daemon, state.path(), "kill", &id, last, delay).await;
-        match landed {
-            Some(kill) => kills.push(kill),
-            None => break,
-        }
-    }
+    let kills = kill_repeatedly(&mut daemon, state.path(), "kill", &id, KILLS, || {
+        Duration::from_millis(rng.below(700))
+    })
+    .await;
     let mut c = daemon.client().await;
     let task = finished(&mut c, "kill", &id).await;
     daemon.terminate();
@@ -432,18 +430,8 @@ async fn a_tokenization_killed_again_and_again_writes_the_same_bytes() {
     }
     // The result, the manifest and the progress tell the counts the files
     // and the input hold, read here by readers of their own.
-    let kept = records
-        .iter()
-        .filter(|r| r["finish_reason"] != "length" && r["content"] != "")
-        .count();
-    let dropped_length = records
-        .iter()
-        .filter(|r| r["finish_reason"] == "length")
-        .count();
-    let dropped_empty = records
-        .iter()
-        .filter(|r| r["finish_reason"] != "length" && r["content"] == "")
-        .count();
+    let (kept, dropped_length, dropped_empty) = sorted_by_the_spec(&records);
+    let kept = kept.len();
     let indexed = megatron::read(&killed);
     let rows = read_parquet(&with(&killed, ".parquet"));
     assert_eq!(indexed.sequences.len(), kept);

@@ -93,6 +93,13 @@ pub fn finish(mut child: Child, stdin: Option<Vec<u8>>) -> Run {
     }
 }
 
+/// Runs `todoctl ARGS` with only the given address and token.
+pub fn run_at(addr: &str, token: Option<&str>, args: &[&str]) -> Run {
+    let mut cmd = todoctl_at(addr, token);
+    cmd.args(args);
+    run_cmd(cmd, None)
+}
+
 /// `todoctl` with only the given address, token and environment.
 pub fn todoctl_at(addr: &str, token: Option<&str>) -> Command {
     let mut cmd = Command::new(binary("todoctl"));

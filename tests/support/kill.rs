@@ -114,6 +114,29 @@ pub async fn kill_while_running(
     })
 }
 
+/// Kills the daemon inside `task`'s run again and again (each kill after
+/// the run committed past the last, `delay()` later), up to `most` times or
+/// until the run ends first; returns the kills that landed, in order. The
+/// caller asserts its floor.
+pub async fn kill_repeatedly(
+    daemon: &mut RealDaemon,
+    state: &Path,
+    plan: &str,
+    task: &str,
+    most: usize,
+    mut delay: impl FnMut() -> Duration,
+) -> Vec<Kill> {
+    let mut kills: Vec<Kill> = Vec::new();
+    while kills.len() < most {
+        let last = kills.last();
+        match kill_while_running(daemon, state, plan, task, last, delay()).await {
+            Some(kill) => kills.push(kill),
+            None => break,
+        }
+    }
+    kills
+}
+
 /// Runs `tasks` of `plan` (a pipeline's steps, in order) to their ends on
 /// the real daemon, killing it once inside each while it runs (see
 /// `kill_while_running`); asserts each completed and returns them as they

@@ -16,6 +16,10 @@ use crate::error::{CliError, Exit};
 /// The pause between two tries grows to this.
 const MAX_PAUSE: Duration = Duration::from_secs(1);
 
+/// A daemon that takes longer than this to answer a read does not serve
+/// (a try never waits for ever, with or without `--wait`).
+const ANSWER_WITHIN: Duration = Duration::from_secs(10);
+
 pub async fn ping(ctx: &Ctx, wait: Option<Duration>) -> Result<()> {
     let started = Instant::now();
     let deadline = wait.map(|w| started + w);
@@ -31,7 +35,19 @@ pub async fn ping(ctx: &Ctx, wait: Option<Duration>) -> Result<()> {
             }
             None => ctx.connector.clone(),
         };
-        match read_plans(&connector).await {
+        let answer = tokio::time::timeout(ANSWER_WITHIN, read_plans(&connector))
+            .await
+            .unwrap_or_else(|_| {
+                Err(CliError::new(
+                    Exit::Unreachable,
+                    format!(
+                        "todod at {} did not answer a read within {}",
+                        connector.addr(),
+                        humantime::format_duration(ANSWER_WITHIN)
+                    ),
+                ))
+            });
+        match answer {
             Ok(plans) => {
                 let millis = tried.elapsed().as_secs_f64() * 1000.0;
                 let addr = connector.addr();
