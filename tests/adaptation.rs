@@ -9,7 +9,10 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use todod_e2e::fixtures::fixture;
 use todod_e2e::rng::TestRng;
-use todod_e2e::{create_phase, kill_repeatedly, proto, wait_task, Client, RealDaemon, TestDaemon};
+use todod_e2e::{
+    assert_kill_floor, create_phase, kill_repeatedly, proto, wait_task, Client, RealDaemon,
+    TestDaemon,
+};
 
 async fn create(c: &mut Client, plan: &str, spec: &Value) -> String {
     create_phase(c, plan, "prompt_adaptation", &spec.to_string(), &[])
@@ -391,15 +394,8 @@ async fn an_adaptation_killed_again_and_again_writes_the_same_bytes() {
     let mut c = daemon.client().await;
     let task = ended(&mut c, "kill", &id).await;
     daemon.terminate();
-    let done_at_kill: Vec<i64> = kills.iter().map(|k| k.done).collect();
-    let kills = kills.len();
-    println!("{kills} kills at {done_at_kill:?} ({})", rng.replay());
+    let kills = assert_kill_floor(&kills, MIN_KILLS, &rng.replay());
     assert_eq!(task.status, "completed", "{}", task.error);
-    assert!(
-        kills >= MIN_KILLS,
-        "the run ended after {kills} kills ({})",
-        rng.replay()
-    );
     let (a, b) = (
         std::fs::read(&reference).unwrap(),
         std::fs::read(&killed).unwrap(),

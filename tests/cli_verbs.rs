@@ -261,23 +261,12 @@ fn ping_says_whether_the_daemon_serves_and_waits_for_one_that_starts_late() {
     assert!(run.stderr.contains("cannot reach todod"), "{run:#?}");
 
     // ... and with --wait, the answer of a daemon started after it asked.
-    let waiting = {
-        let mut cmd = todod_e2e::cli::todoctl_at(&addr, None);
-        cmd.args(["ping", "--wait", "10m"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        cmd.spawn().unwrap()
-    };
     let state = tempfile::tempdir().unwrap();
-    let mut daemon = todod_e2e::todod_command(
+    let run = ping_a_daemon_started_after_it(
+        &addr,
         state.path(),
         &["--listen", "none", "--socket", socket.to_str().unwrap()],
-    )
-    .spawn()
-    .unwrap();
-    let run = finish(waiting, None);
-    let _ = daemon.kill();
-    let _ = daemon.wait();
+    );
     assert_eq!(run.code, 0, "{run:#?}");
     assert!(
         run.stdout
@@ -293,23 +282,11 @@ fn ping_waits_over_tcp_for_a_daemon_whose_token_is_written_after_it_asked() {
     let state = tempfile::tempdir().unwrap();
     let port = ClosedPort::new().port; // free again once dropped
     let addr = format!("http://127.0.0.1:{port}");
-    let waiting = {
-        let mut cmd = todod_e2e::cli::todoctl_at(&addr, None);
-        cmd.env("TODOD_STATE_DIR", state.path())
-            .args(["ping", "--wait", "10m"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        cmd.spawn().unwrap()
-    };
-    let mut daemon = todod_e2e::todod_command(
+    let run = ping_a_daemon_started_after_it(
+        &addr,
         state.path(),
         &["--listen", &format!("127.0.0.1:{port}"), "--socket", "none"],
-    )
-    .spawn()
-    .unwrap();
-    let run = finish(waiting, None);
-    let _ = daemon.kill();
-    let _ = daemon.wait();
+    );
     assert_eq!(run.code, 0, "{run:#?}");
     assert!(
         run.stdout
@@ -330,4 +307,29 @@ fn ping_does_not_take_a_daemon_that_never_answers_for_one_that_serves() {
             || run.stderr.contains("cannot reach todod"),
         "{run:#?}"
     );
+}
+
+/// `todoctl ping --wait 10m` at `addr` (finding the token in `state`),
+/// started before the daemon is; then the daemon on `state` with
+/// `daemon_args`. Returns ping's run once it has ended.
+fn ping_a_daemon_started_after_it(
+    addr: &str,
+    state: &std::path::Path,
+    daemon_args: &[&str],
+) -> todod_e2e::cli::Run {
+    let waiting = {
+        let mut cmd = todod_e2e::cli::todoctl_at(addr, None);
+        cmd.env("TODOD_STATE_DIR", state)
+            .args(["ping", "--wait", "10m"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        cmd.spawn().unwrap()
+    };
+    let mut daemon = todod_e2e::todod_command(state, daemon_args)
+        .spawn()
+        .unwrap();
+    let run = finish(waiting, None);
+    let _ = daemon.kill();
+    let _ = daemon.wait();
+    run
 }

@@ -10,8 +10,8 @@ use todod_e2e::gen::{self, assert_result_matches, prompt_texts, write_prompts, w
 use todod_e2e::mock_openai::{Fault, MockOpenAi, Settings};
 use todod_e2e::rng::TestRng;
 use todod_e2e::{
-    create_generation, kill_repeatedly, proto, transition, wait_task, Client, RealDaemon,
-    TestDaemon,
+    assert_kill_floor, create_generation, kill_repeatedly, proto, transition, wait_task, Client,
+    RealDaemon, TestDaemon,
 };
 
 fn spec(dir: &Path, url: &str, concurrency: usize) -> String {
@@ -203,17 +203,7 @@ async fn generation_survives_repeated_kill_9_with_every_record_once() {
     })
     .await;
     let mut c = daemon.client().await;
-    let done_at_kill: Vec<i64> = kills.iter().map(|k| k.done).collect();
-    let kills = kills.len();
-    println!(
-        "{kills} kills at {done_at_kill:?} records done ({})",
-        rng.replay()
-    );
-    assert!(
-        kills >= MIN_KILLS,
-        "the run ended after {kills} kills mid-run; make it longer ({})",
-        rng.replay()
-    );
+    let kills = assert_kill_floor(&kills, MIN_KILLS, &rng.replay());
     let task = wait_status(&mut c, &id, &["completed", "failed"]).await;
     assert_eq!(
         task.status,

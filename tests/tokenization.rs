@@ -14,7 +14,8 @@ use todod::tokenizer::Tokenizer;
 use todod_e2e::fixtures::fixture;
 use todod_e2e::rng::TestRng;
 use todod_e2e::{
-    create_phase, kill_repeatedly, megatron, proto, wait_task, Client, RealDaemon, TestDaemon,
+    assert_kill_floor, create_phase, kill_repeatedly, megatron, proto, wait_task, Client,
+    RealDaemon, TestDaemon,
 };
 
 const WORDS: &[&str] = &[
@@ -409,17 +410,7 @@ async fn a_tokenization_killed_again_and_again_writes_the_same_bytes() {
     let mut c = daemon.client().await;
     let task = finished(&mut c, "kill", &id).await;
     daemon.terminate();
-    let done_at_kill: Vec<i64> = kills.iter().map(|k| k.done).collect();
-    let kills = kills.len();
-    println!(
-        "{kills} kills at {done_at_kill:?} records done ({})",
-        rng.replay()
-    );
-    assert!(
-        kills >= MIN_KILLS,
-        "the run ended after {kills} kills mid-run; make it longer ({})",
-        rng.replay()
-    );
+    let kills = assert_kill_floor(&kills, MIN_KILLS, &rng.replay());
     for suffix in [".bin", ".idx", ".parquet", ".rejects.jsonl"] {
         assert!(
             std::fs::read(with(&reference, suffix)).unwrap()

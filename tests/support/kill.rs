@@ -137,6 +137,20 @@ pub async fn kill_repeatedly(
     kills
 }
 
+/// Prints where the kills landed and asserts at least `floor` of them did
+/// (a run that ended first was too short to test its resume); returns how
+/// many landed. `replay` says how to run the same test again.
+pub fn assert_kill_floor(kills: &[Kill], floor: usize, replay: &str) -> usize {
+    let done: Vec<i64> = kills.iter().map(|k| k.done).collect();
+    println!("{} kills at {done:?} records done ({replay})", kills.len());
+    assert!(
+        kills.len() >= floor,
+        "the run ended after {} kills mid-run, {floor} wanted; make it longer ({replay})",
+        kills.len()
+    );
+    kills.len()
+}
+
 /// Runs `tasks` of `plan` (a pipeline's steps, in order) to their ends on
 /// the real daemon, killing it once inside each while it runs (see
 /// `kill_while_running`); asserts each completed and returns them as they

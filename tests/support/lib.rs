@@ -17,7 +17,7 @@ use tonic::service::interceptor::InterceptedService;
 use tonic::service::Interceptor;
 use tonic::transport::Channel;
 
-pub use kill::{kill_repeatedly, kill_while_running, run_killing_each, Kill};
+pub use kill::{assert_kill_floor, kill_repeatedly, kill_while_running, run_killing_each, Kill};
 pub use todod::proto;
 
 pub mod cli;
