@@ -262,16 +262,10 @@ fn ping_says_whether_the_daemon_serves_and_waits_for_one_that_starts_late() {
 
     // ... and with --wait, the answer of a daemon started after it asked.
     let state = tempfile::tempdir().unwrap();
-    let run = ping_a_daemon_started_after_it(
+    ping_a_daemon_started_after_it(
         &addr,
         state.path(),
         &["--listen", "none", "--socket", socket.to_str().unwrap()],
-    );
-    assert_eq!(run.code, 0, "{run:#?}");
-    assert!(
-        run.stdout
-            .starts_with(&format!("todod serving at {addr}: 0 plans")),
-        "{run:#?}"
     );
 }
 
@@ -282,16 +276,10 @@ fn ping_waits_over_tcp_for_a_daemon_whose_token_is_written_after_it_asked() {
     let state = tempfile::tempdir().unwrap();
     let port = ClosedPort::new().port; // free again once dropped
     let addr = format!("http://127.0.0.1:{port}");
-    let run = ping_a_daemon_started_after_it(
+    ping_a_daemon_started_after_it(
         &addr,
         state.path(),
         &["--listen", &format!("127.0.0.1:{port}"), "--socket", "none"],
-    );
-    assert_eq!(run.code, 0, "{run:#?}");
-    assert!(
-        run.stdout
-            .starts_with(&format!("todod serving at {addr}: 0 plans")),
-        "{run:#?}"
     );
 }
 
@@ -311,12 +299,8 @@ fn ping_does_not_take_a_daemon_that_never_answers_for_one_that_serves() {
 
 /// `todoctl ping --wait 10m` at `addr` (finding the token in `state`),
 /// started before the daemon is; then the daemon on `state` with
-/// `daemon_args`. Returns ping's run once it has ended.
-fn ping_a_daemon_started_after_it(
-    addr: &str,
-    state: &std::path::Path,
-    daemon_args: &[&str],
-) -> todod_e2e::cli::Run {
+/// `daemon_args`. Asserts that ping ended saying the daemon serves.
+fn ping_a_daemon_started_after_it(addr: &str, state: &std::path::Path, daemon_args: &[&str]) {
     let waiting = {
         let mut cmd = todod_e2e::cli::todoctl_at(addr, None);
         cmd.env("TODOD_STATE_DIR", state)
@@ -331,5 +315,10 @@ fn ping_a_daemon_started_after_it(
     let run = finish(waiting, None);
     let _ = daemon.kill();
     let _ = daemon.wait();
-    run
+    assert_eq!(run.code, 0, "{run:#?}");
+    assert!(
+        run.stdout
+            .starts_with(&format!("todod serving at {addr}: 0 plans")),
+        "{run:#?}"
+    );
 }
