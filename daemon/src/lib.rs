@@ -10,6 +10,7 @@ pub mod config;
 pub mod domain;
 pub mod failpoint;
 pub mod inference;
+pub mod messages;
 pub mod phase;
 pub mod pipeline;
 pub mod scheduler;
