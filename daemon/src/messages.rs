@@ -142,9 +142,11 @@ pub fn check_tools(tools: &Value, field: &str) -> Result<(), String> {
                 .get("function")
                 .and_then(Value::as_object)
                 .ok_or_else(not_schema)?,
-            Some(Value::String(t)) => return Err(format!(
+            Some(Value::String(t)) => {
+                return Err(format!(
                 "{field}[{i}].type: {t:?} is not \"function\" (only function tools are rendered)"
-            )),
+            ))
+            }
             Some(_) => return Err(not_schema()),
             None => tool,
         };

@@ -1,18 +1,20 @@
 //! The shapes prompt sets arrive in, read into one: an id and a list of
 //! messages. Plain logic, no I/O.
 //!
-//! - OpenAI messages: `{id, messages: [{role, content}]}`
-//! - OpenAI Batch API request lines: `{custom_id, method, url, body: {messages | prompt}}`
-//! - ShareGPT: `{id?, conversations: [{from: system|human|gpt|..., value}]}`
+//! - OpenAI messages: `{id, messages, tools?, tool_choice?, ...}`, messages
+//!   as [`crate::messages`] reads them (tool calls, tool results, parts)
+//! - OpenAI Batch API request lines: `{custom_id, method, url, body: {messages | prompt, tools?, ...}}`
+//! - ShareGPT: `{id?, conversations: [{from: system|human|gpt|function_call|observation|..., value}], tools?}`
 //! - Alpaca: `{instruction, input, output}`
 //! - a plain prompt: `{id?, prompt}`
 //! - text already rendered with a chat template: `{id, text}` (see `rendered`)
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
+use serde_json::{json, Map, Value};
 
 use super::rendered::{self, Family};
+use crate::messages::{self, Request, ToolArguments};
 
 /// Which shape a line had.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, Hash)]
@@ -39,18 +41,21 @@ impl Format {
     }
 }
 
+/// A turn read back from rendered text.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Message {
     pub role: String,
     pub content: String,
 }
 
-/// One prompt, whatever shape it came in.
+/// One prompt, whatever shape it came in: its messages in the chat API's
+/// shape (see [`crate::messages`]) and the tools and options beside them.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Conversation {
     pub id: String,
     pub format: Format,
-    pub messages: Vec<Message>,
+    pub messages: Vec<Value>,
+    pub request: Request,
 }
 
 /// How lines are read: the format (or detected per line), how unknown
@@ -60,10 +65,8 @@ pub struct Reading {
     pub format: Option<Format>,
     pub role_map: BTreeMap<String, String>,
     pub family: Option<Family>,
+    pub tool_arguments: ToolArguments,
 }
-
-/// The roles a conversation may hold once read.
-pub const ROLES: &[&str] = &["system", "user", "assistant", "tool", "developer"];
 
 /// The id of a line that names none: its line number, as a generation
 /// names such a prompt (`line-N`), stable for the file.
@@ -260,26 +263,19 @@ fn string(value: &Value, field: &str) -> Result<String, String> {
         .ok_or_else(|| format!("{field}: expected a string"))
 }
 
-fn chat_messages(value: Option<&Value>, field: &str) -> Result<Vec<Message>, String> {
-    let list = value
-        .and_then(Value::as_array)
-        .filter(|m| !m.is_empty())
-        .ok_or_else(|| format!("{field}: expected a non-empty array of messages"))?;
-    list.iter()
-        .enumerate()
-        .map(|(i, m)| {
-            let role = m
-                .get("role")
-                .ok_or_else(|| format!("{field}[{i}].role: missing"))?;
-            let content = m
-                .get("content")
-                .ok_or_else(|| format!("{field}[{i}].content: missing"))?;
-            Ok(Message {
-                role: string(role, &format!("{field}[{i}].role"))?,
-                content: string(content, &format!("{field}[{i}].content"))?,
-            })
-        })
-        .collect()
+/// A chat API's messages, checked and kept as they came.
+fn chat_messages(
+    value: Option<&Value>,
+    field: &str,
+    reading: &Reading,
+) -> Result<Vec<Value>, String> {
+    let value = value.unwrap_or(&Value::Null);
+    messages::check_messages(value, field, reading.tool_arguments)?;
+    Ok(value.as_array().cloned().unwrap_or_default())
+}
+
+fn plain(role: &str, content: String) -> Value {
+    json!({"role": role, "content": content})
 }
 
 /// ShareGPT's speaker names, as the common converters map them.
@@ -291,10 +287,116 @@ fn sharegpt_role(from: &str, map: &BTreeMap<String, String>) -> Option<String> {
         "system" => Some("system"),
         "human" | "user" => Some("user"),
         "gpt" | "assistant" | "chatgpt" | "bing" | "bard" => Some("assistant"),
-        "tool" | "function" | "observation" => Some("tool"),
+        "tool" | "function" | "observation" | "function_response" => Some("tool"),
         _ => None,
     }
     .map(str::to_string)
+}
+
+/// ShareGPT's `tools`: a list, or the JSON text of one (LLaMA-Factory),
+/// of function schemas; bare ones get the chat API's wrapper, as the
+/// converters of such sets hand them to a template.
+fn sharegpt_tools(value: Option<&Value>) -> Result<Option<Value>, String> {
+    let tools = match value {
+        None | Some(Value::Null) => return Ok(None),
+        Some(Value::String(text)) if text.trim().is_empty() => return Ok(None),
+        Some(Value::String(text)) => {
+            serde_json::from_str(text).map_err(|e| format!("tools: the text is not JSON ({e})"))?
+        }
+        Some(other) => other.clone(),
+    };
+    messages::check_tools(&tools, "tools")?;
+    let wrapped = tools
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|tool| {
+            if tool.get("type").is_some() {
+                tool.clone()
+            } else {
+                json!({"type": "function", "function": tool})
+            }
+        })
+        .collect();
+    Ok(Some(Value::Array(wrapped)))
+}
+
+/// A `function_call` turn's calls (LLaMA-Factory: the JSON text of one
+/// `{name, arguments}` or a list of them), with ids made from the turn.
+fn sharegpt_calls(value: &str, turn: usize) -> Result<Vec<Value>, String> {
+    let at = format!("conversations[{turn}].value");
+    let parsed: Value = serde_json::from_str(value)
+        .map_err(|e| format!("{at}: a function_call turn holds no JSON call ({e})"))?;
+    let calls = match parsed {
+        Value::Array(calls) => calls,
+        one => vec![one],
+    };
+    calls
+        .into_iter()
+        .enumerate()
+        .map(|(k, call)| {
+            let name = call
+                .get("name")
+                .and_then(Value::as_str)
+                .ok_or_else(|| format!("{at}: call {k} names no function (\"name\")"))?;
+            let arguments = match call.get("arguments").or_else(|| call.get("parameters")) {
+                None | Some(Value::Null) => "{}".to_string(),
+                Some(Value::String(text)) => text.clone(),
+                Some(object) => messages::python_json(object),
+            };
+            Ok(json!({
+                "id": format!("call_{turn}_{k}"), "type": "function",
+                "function": {"name": name, "arguments": arguments},
+            }))
+        })
+        .collect()
+}
+
+/// A ShareGPT conversation's turns as messages: `function_call` turns
+/// become assistant tool calls, and the tool results after them answer
+/// those calls in order. A tool turn with no call before it (Hermes style,
+/// the call written in the assistant's text) is kept as a tool turn.
+fn sharegpt(object: &Map<String, Value>, reading: &Reading) -> Result<Vec<Value>, String> {
+    let turns = object
+        .get("conversations")
+        .and_then(Value::as_array)
+        .filter(|t| !t.is_empty())
+        .ok_or("conversations: expected a non-empty array of turns")?;
+    let mut out: Vec<Value> = Vec::with_capacity(turns.len());
+    let mut pending: std::collections::VecDeque<String> = Default::default();
+    for (i, t) in turns.iter().enumerate() {
+        let from = string(
+            t.get("from").unwrap_or(&Value::Null),
+            &format!("conversations[{i}].from"),
+        )?;
+        let value = string(
+            t.get("value").unwrap_or(&Value::Null),
+            &format!("conversations[{i}].value"),
+        )?;
+        if from == "function_call" && !reading.role_map.contains_key(&from) {
+            let calls = sharegpt_calls(&value, i)?;
+            pending.extend(
+                calls
+                    .iter()
+                    .filter_map(|c| c["id"].as_str().map(str::to_string)),
+            );
+            out.push(json!({"role": "assistant", "content": null, "tool_calls": calls}));
+            continue;
+        }
+        let role = sharegpt_role(&from, &reading.role_map).ok_or_else(|| {
+            format!("conversations[{i}].from: unknown role {from:?} (map it with role_map)")
+        })?;
+        let mut message = plain(&role, value);
+        if role == "tool" {
+            if let Some(id) = pending.pop_front() {
+                message["tool_call_id"] = json!(id);
+            }
+        } else {
+            pending.clear();
+        }
+        out.push(message);
+    }
+    Ok(out)
 }
 
 /// Reads one line into a conversation, or why not.
@@ -317,49 +419,29 @@ pub fn read(bytes: &[u8], number: u64, reading: &Reading) -> Result<Conversation
             ),
         };
     let id = id_of(&object, format, number)?;
+    let mut request = Request::default();
     let messages = match format {
-        Format::Openai => chat_messages(object.get("messages"), "messages")?,
+        Format::Openai => {
+            request = Request::read(&object, "")?;
+            chat_messages(object.get("messages"), "messages", reading)?
+        }
         Format::Batch => {
-            let body = object.get("body").ok_or("body: missing")?;
+            let body = object
+                .get("body")
+                .and_then(Value::as_object)
+                .ok_or("body: expected the request body object")?;
+            request = Request::read(body, "body.")?;
             if let Some(messages) = body.get("messages") {
-                chat_messages(Some(messages), "body.messages")?
+                chat_messages(Some(messages), "body.messages", reading)?
             } else if let Some(prompt) = body.get("prompt") {
-                vec![Message {
-                    role: "user".into(),
-                    content: string(prompt, "body.prompt")?,
-                }]
+                vec![plain("user", string(prompt, "body.prompt")?)]
             } else {
                 return Err("body: no messages or prompt".into());
             }
         }
         Format::Sharegpt => {
-            let turns = object
-                .get("conversations")
-                .and_then(Value::as_array)
-                .filter(|t| !t.is_empty())
-                .ok_or("conversations: expected a non-empty array of turns")?;
-            turns
-                .iter()
-                .enumerate()
-                .map(|(i, t)| {
-                    let from = string(
-                        t.get("from").unwrap_or(&Value::Null),
-                        &format!("conversations[{i}].from"),
-                    )?;
-                    let role = sharegpt_role(&from, &reading.role_map).ok_or_else(|| {
-                        format!(
-                            "conversations[{i}].from: unknown role {from:?} (map it with role_map)"
-                        )
-                    })?;
-                    Ok(Message {
-                        role,
-                        content: string(
-                            t.get("value").unwrap_or(&Value::Null),
-                            &format!("conversations[{i}].value"),
-                        )?,
-                    })
-                })
-                .collect::<Result<Vec<_>, String>>()?
+            request.tools = sharegpt_tools(object.get("tools"))?;
+            sharegpt(&object, reading)?
         }
         Format::Alpaca => {
             let instruction = string(
@@ -376,15 +458,12 @@ pub fn read(bytes: &[u8], number: u64, reading: &Reading) -> Result<Conversation
             } else {
                 format!("{instruction}\n\n{input}")
             };
-            vec![Message {
-                role: "user".into(),
-                content,
-            }]
+            vec![plain("user", content)]
         }
-        Format::Prompt => vec![Message {
-            role: "user".into(),
-            content: string(object.get("prompt").unwrap_or(&Value::Null), "prompt")?,
-        }],
+        Format::Prompt => vec![plain(
+            "user",
+            string(object.get("prompt").unwrap_or(&Value::Null), "prompt")?,
+        )],
         Format::Rendered => {
             let text = string(object.get("text").unwrap_or(&Value::Null), "text")?;
             let family = reading
@@ -392,20 +471,22 @@ pub fn read(bytes: &[u8], number: u64, reading: &Reading) -> Result<Conversation
                 .or_else(|| rendered::detect(&text))
                 .ok_or("text: not rendered with a chat template todod can read back (ChatML, Llama 3, Mistral [INST])")?;
             rendered::parse(&text, family)?
+                .into_iter()
+                .map(|m| plain(&m.role, m.content))
+                .collect()
         }
     };
     for (i, m) in messages.iter().enumerate() {
-        if !ROLES.contains(&m.role.as_str()) {
-            return Err(format!("messages[{i}].role: unknown role {:?}", m.role));
-        }
-        if m.content.trim().is_empty() {
-            return Err(format!("messages[{i}].content: empty"));
+        let role = m["role"].as_str().unwrap_or_default();
+        if !messages::ROLES.contains(&role) {
+            return Err(format!("messages[{i}].role: unknown role {role:?}"));
         }
     }
     Ok(Conversation {
         id,
         format,
         messages,
+        request,
     })
 }
 
@@ -496,10 +577,7 @@ mod tests {
 
     #[test]
     fn every_format_reads_into_messages() {
-        let want = vec![Message {
-            role: "user".into(),
-            content: "hi".into(),
-        }];
+        let want = vec![json!({"role": "user", "content": "hi"})];
         let openai =
             read_str(r#"{"id": "a", "messages": [{"role": "user", "content": "hi"}]}"#).unwrap();
         assert_eq!(
@@ -512,7 +590,7 @@ mod tests {
             .unwrap();
         assert_eq!(share.messages, want);
         let alpaca = read_str(r#"{"instruction": "Sum", "input": "1 2", "output": "3"}"#).unwrap();
-        assert_eq!(alpaca.messages[0].content, "Sum\n\n1 2");
+        assert_eq!(alpaca.messages[0]["content"], "Sum\n\n1 2");
         assert_eq!(alpaca.id, "line-7");
         let prompt = read_str(r#"{"prompt": "hi"}"#).unwrap();
         assert_eq!(prompt.messages, want);
@@ -530,8 +608,16 @@ mod tests {
                 "unknown role",
             ),
             (
-                r#"{"id": "x", "messages": [{"role": "user", "content": "  "}]}"#,
-                "empty",
+                r#"{"id": "x", "messages": [{"role": "tool", "content": "r"}]}"#,
+                "messages[0].tool_call_id: missing",
+            ),
+            (
+                r#"{"id": "x", "messages": [{"role": "user", "content": "q"}], "tools": [{"type": "function"}]}"#,
+                "tools[0]: not a function schema",
+            ),
+            (
+                r#"{"custom_id": "x", "body": {"messages": [{"role": "user", "content": "q"}], "tools": {}}}"#,
+                "body.tools: expected a list",
             ),
             (
                 r#"{"id": "x", "messages": [{"role": "user", "content": 5}]}"#,
@@ -553,6 +639,62 @@ mod tests {
             &reading,
         )
         .unwrap();
-        assert_eq!(ok.messages[1].role, "assistant");
+        assert_eq!(ok.messages[1]["role"], "assistant");
+    }
+
+    #[test]
+    fn tools_and_options_come_along_from_every_format_that_has_them() {
+        let tools = json!([{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]);
+        let line = json!({"id": "a", "messages": [{"role": "user", "content": "q"}],
+            "tools": tools, "tool_choice": "auto", "parallel_tool_calls": false});
+        let openai = read_str(&line.to_string()).unwrap();
+        assert_eq!(openai.request.tools.as_ref(), Some(&tools));
+        assert_eq!(openai.request.tool_choice, Some(json!("auto")));
+        assert_eq!(openai.request.parallel_tool_calls, Some(json!(false)));
+        let batch = json!({"custom_id": "b", "body": {"messages": [{"role": "user", "content": "q"}],
+            "tools": tools, "tool_choice": "required"}});
+        let batch = read_str(&batch.to_string()).unwrap();
+        assert_eq!(batch.request.tools.as_ref(), Some(&tools));
+        assert_eq!(batch.request.tool_choice, Some(json!("required")));
+    }
+
+    #[test]
+    fn sharegpt_function_calls_become_tool_calls_answered_in_order() {
+        // LLaMA-Factory's shape: tools as JSON text of bare schemas.
+        let line = json!({"id": "s", "tools": "[{\"name\": \"f\", \"parameters\": {\"type\": \"object\"}}]",
+        "conversations": [
+            {"from": "human", "value": "q"},
+            {"from": "function_call", "value": "[{\"name\": \"f\", \"arguments\": {\"x\": 1}}, {\"name\": \"f\", \"arguments\": \"{}\"}]"},
+            {"from": "observation", "value": "r0"},
+            {"from": "observation", "value": "r1"},
+            {"from": "gpt", "value": "done"},
+        ]});
+        let c = read_str(&line.to_string()).unwrap();
+        assert_eq!(
+            c.request.tools,
+            Some(
+                json!([{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}])
+            )
+        );
+        assert_eq!(c.messages[1]["role"], "assistant");
+        assert_eq!(c.messages[1]["content"], Value::Null);
+        let calls = c.messages[1]["tool_calls"].as_array().unwrap();
+        assert_eq!(
+            calls[0]["function"],
+            json!({"name": "f", "arguments": "{\"x\": 1}"})
+        );
+        assert_eq!(c.messages[2]["tool_call_id"], calls[0]["id"]);
+        assert_eq!(c.messages[3]["tool_call_id"], calls[1]["id"]);
+        crate::messages::check_messages(
+            &Value::Array(c.messages.clone()),
+            "messages",
+            ToolArguments::Object,
+        )
+        .unwrap();
+        let bad = json!({"conversations": [{"from": "human", "value": "q"},
+            {"from": "function_call", "value": "not json"}]});
+        assert!(read_str(&bad.to_string())
+            .unwrap_err()
+            .contains("conversations[1].value"));
     }
 }

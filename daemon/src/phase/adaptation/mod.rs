@@ -19,13 +19,14 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
-use crate::chat_template::{ChatTemplate, Clock};
+use crate::chat_template::{ChatTemplate, Clock, RenderInput};
+use crate::messages::{self, Request};
 use crate::phase::cursor::Line;
 use crate::phase::pipeline::{self, Files, RecordPhase};
 use crate::phase::state::{InputState, PassCounts, PhaseState};
 use crate::phase::{cpu_pass, Ended, RunContext};
 use crate::tokenizer::Tokenizer;
-use formats::{Conversation, Message, Reading};
+use formats::{Conversation, Reading};
 pub use spec::AdaptationSpec;
 use spec::{OutputFormat, SystemPrompt, TrailingAssistant};
 
@@ -53,6 +54,13 @@ pub struct Stats {
     pub system: SystemCounts,
     pub trailing_dropped: u64,
     pub trailing_prefilled: u64,
+    #[serde(default)]
+    pub trailing_kept: u64,
+    /// Records with a list of tools, and the tool calls in their messages.
+    #[serde(default)]
+    pub with_tools: u64,
+    #[serde(default)]
+    pub tool_calls: u64,
     /// Prompts by length in the target's tokens (when it has a tokenizer).
     pub lengths: BTreeMap<u64, u64>,
     /// Lines left out by the spec's `sample`.
@@ -87,6 +95,10 @@ pub struct Adapted {
     system: Option<&'static str>,
     trailing: Option<&'static str>,
     tokens: Option<u64>,
+    /// The line has a (non-empty) list of tools.
+    with_tools: bool,
+    /// Tool calls in its messages.
+    tool_calls: u64,
 }
 
 /// How the pass was set up, fixed for its resumes.
@@ -156,15 +168,35 @@ fn sample_lines(lines: u64, count: u64, seed: u64) -> LineSet {
 }
 
 impl Adaptation {
-    fn render(&self, messages: &[Message], add_generation_prompt: bool) -> Result<String, String> {
+    /// Renders messages with the target's template, as transformers does
+    /// with `tools` and `documents` given (plain `{role, content}` turns
+    /// without them take a shorter road to the same text).
+    fn render(
+        &self,
+        messages: &[Value],
+        request: &Request,
+        add_generation_prompt: bool,
+    ) -> Result<String, String> {
         let template = self.template.as_ref().expect("checked by the caller");
-        let plain: Vec<(&str, &str)> = messages
-            .iter()
-            .map(|m| (m.role.as_str(), m.content.as_str()))
-            .collect();
+        let refused = |e| format!("the target's chat template refuses it: {e}");
+        if request.tools.is_none() && request.documents.is_none() {
+            if let Some(plain) = plain_turns(messages) {
+                return template
+                    .render_plain(&plain, add_generation_prompt, &self.variables, self.now)
+                    .map_err(refused);
+            }
+        }
+        let normalised = messages::for_template(messages, self.spec.tool_arguments);
         template
-            .render_plain(&plain, add_generation_prompt, &self.variables, self.now)
-            .map_err(|e| format!("the target's chat template refuses it: {e}"))
+            .render(&RenderInput {
+                messages: &normalised,
+                tools: request.tools.as_ref(),
+                documents: request.documents.as_ref(),
+                add_generation_prompt,
+                variables: &self.variables,
+                now: self.now,
+            })
+            .map_err(refused)
     }
 
     fn adapt(&self, conversation: Conversation) -> Result<Adapted, String> {
@@ -172,15 +204,18 @@ impl Adaptation {
             id,
             format,
             mut messages,
+            request,
         } = conversation;
+        let role = |m: &Value| m["role"].as_str().unwrap_or_default().to_string();
         let mut trailing = None;
-        if messages.last().is_some_and(|m| m.role == "assistant") {
+        if messages.last().is_some_and(|m| m["role"] == "assistant") {
             match self.spec.trailing_assistant {
                 TrailingAssistant::Drop => {
                     messages.pop();
                     trailing = Some("dropped");
                 }
                 TrailingAssistant::Prefill => trailing = Some("prefilled"),
+                TrailingAssistant::Keep => trailing = Some("kept"),
             }
         }
         let mut system = None;
@@ -189,7 +224,7 @@ impl Adaptation {
             SystemPrompt::Auto => &SystemPrompt::Fold,
             other => other,
         };
-        let has_system = messages.first().is_some_and(|m| m.role == "system");
+        let has_system = messages.first().is_some_and(|m| m["role"] == "system");
         match policy {
             SystemPrompt::Keep if has_system => system = Some("kept"),
             SystemPrompt::Drop if has_system => {
@@ -197,10 +232,7 @@ impl Adaptation {
                 system = Some("dropped");
             }
             SystemPrompt::Replace { text } => {
-                let replacement = Message {
-                    role: "system".into(),
-                    content: text.clone(),
-                };
+                let replacement = json!({"role": "system", "content": text});
                 if has_system {
                     messages[0] = replacement;
                 } else {
@@ -212,25 +244,38 @@ impl Adaptation {
                 let folded = messages.remove(0);
                 let user = messages
                     .iter_mut()
-                    .find(|m| m.role == "user")
+                    .find(|m| m["role"] == "user")
                     .ok_or("a system prompt to fold, and no user turn to fold it into")?;
-                user.content = format!("{}\n\n{}", folded.content, user.content);
+                let joined = format!(
+                    "{}\n\n{}",
+                    messages::text(folded.get("content")),
+                    messages::text(user.get("content"))
+                );
+                user["content"] = Value::String(joined);
                 system = Some("folded");
             }
             _ => {}
         }
-        if messages.iter().skip(1).any(|m| m.role == "system") {
-            return Err("a system message after the first turn".into());
+        if messages.is_empty() {
+            return Err("no turn left once the trailing assistant turn was dropped".into());
         }
-        if !messages.iter().any(|m| m.role == "user") {
-            return Err("no user turn left to prompt with".into());
+        if self.spec.reject_empty {
+            for (i, m) in messages.iter().enumerate() {
+                if messages::text(m.get("content")).trim().is_empty()
+                    && !messages::has_tool_calls(m)
+                {
+                    return Err(format!(
+                        "messages[{i}].content: empty, and reject_empty is set"
+                    ));
+                }
+            }
         }
-        let prefill = trailing == Some("prefilled");
+        let add_generation_prompt = self.spec.add_generation_prompt && trailing.is_none();
         let rendered = match &self.template {
             None => None,
             Some(_) => {
-                let text = self.render(&messages, self.spec.add_generation_prompt && !prefill)?;
-                Some(if prefill {
+                let text = self.render(&messages, &request, add_generation_prompt)?;
+                Some(if trailing == Some("prefilled") {
                     continue_final(&text, &messages)?
                 } else {
                     text
@@ -254,14 +299,30 @@ impl Adaptation {
                 ));
             }
         }
-        let roles = messages.iter().map(|m| m.role.clone()).collect();
+        let roles = messages.iter().map(role).collect();
+        let tool_calls = messages
+            .iter()
+            .filter_map(|m| m.get("tool_calls").and_then(Value::as_array))
+            .map(|c| c.len() as u64)
+            .sum();
+        let with_tools = request
+            .tools
+            .as_ref()
+            .is_some_and(|t| t.as_array().is_some_and(|t| !t.is_empty()));
         let line = match self.spec.output_format {
-            OutputFormat::Messages => json!({"id": id, "messages": messages}),
+            OutputFormat::Messages => {
+                let mut line = Map::new();
+                line.insert("id".into(), json!(id));
+                line.insert("messages".into(), Value::Array(messages));
+                request.insert_into(&mut line);
+                Value::Object(line)
+            }
             OutputFormat::Batch => {
                 let batch = self.spec.batch.as_ref().expect("checked at creation");
                 let mut body = batch.params.clone();
                 body.insert("model".into(), json!(batch.model));
-                body.insert("messages".into(), json!(messages));
+                body.insert("messages".into(), Value::Array(messages));
+                request.insert_into(&mut body);
                 json!({"custom_id": id, "method": "POST", "url": batch.url, "body": body})
             }
             OutputFormat::Rendered => json!({"id": id, "prompt": rendered}),
@@ -273,14 +334,35 @@ impl Adaptation {
             system,
             trailing,
             tokens,
+            with_tools,
+            tool_calls,
         })
     }
 }
 
+/// `(role, content)` of each message when every one is exactly that and
+/// its content a string: what `render_plain` takes.
+fn plain_turns(messages: &[Value]) -> Option<Vec<(&str, &str)>> {
+    messages
+        .iter()
+        .map(|m| {
+            let m = m.as_object()?;
+            if m.len() != 2 {
+                return None;
+            }
+            Some((m.get("role")?.as_str()?, m.get("content")?.as_str()?))
+        })
+        .collect()
+}
+
 /// A rendering cut right after the final message's content, as
 /// transformers' `continue_final_message` does: the answer starts there.
-fn continue_final(text: &str, messages: &[Message]) -> Result<String, String> {
-    let last = messages.last().map(|m| m.content.trim()).unwrap_or("");
+fn continue_final(text: &str, messages: &[Value]) -> Result<String, String> {
+    let last = messages
+        .last()
+        .map(|m| messages::text(m.get("content")))
+        .unwrap_or_default();
+    let last = last.trim();
     match text.rfind(last) {
         Some(at) if !last.is_empty() => Ok(text[..at + last.len()].to_string()),
         _ => Err("the prefilled answer does not appear in the rendered prompt".into()),
@@ -344,8 +426,11 @@ impl RecordPhase for Adaptation {
                 match adapted.trailing {
                     Some("dropped") => stats.trailing_dropped += 1,
                     Some("prefilled") => stats.trailing_prefilled += 1,
+                    Some("kept") => stats.trailing_kept += 1,
                     _ => {}
                 }
+                stats.with_tools += u64::from(adapted.with_tools);
+                stats.tool_calls += adapted.tool_calls;
                 if let Some(n) = adapted.tokens {
                     *stats.lengths.entry(n).or_default() += 1;
                 }
@@ -410,6 +495,7 @@ fn prepare(spec: &AdaptationSpec, now: i64) -> Result<Adaptation, String> {
             format: spec.input_format,
             role_map: spec.role_map.clone(),
             family: spec.rendered_family,
+            tool_arguments: spec.tool_arguments,
         },
         variables: crate::phase::model::variables(config.as_ref(), &spec.template_variables),
         template,
@@ -429,17 +515,11 @@ fn prepare(spec: &AdaptationSpec, now: i64) -> Result<Adaptation, String> {
     if adaptation.template.is_some() {
         const PROBE: &str = "todod-system-probe";
         let probe = [
-            Message {
-                role: "system".into(),
-                content: PROBE.into(),
-            },
-            Message {
-                role: "user".into(),
-                content: "hello".into(),
-            },
+            json!({"role": "system", "content": PROBE}),
+            json!({"role": "user", "content": "hello"}),
         ];
         adaptation.takes_system = adaptation
-            .render(&probe, true)
+            .render(&probe, &Request::default(), true)
             .is_ok_and(|text| text.contains(PROBE));
     }
     Ok(adaptation)
@@ -485,7 +565,9 @@ fn verdict(spec: &AdaptationSpec, mut state: PhaseState, template: Option<&str>)
     let result = json!({
         "records": stats.records, "rejected": stats.rejected,
         "formats": stats.formats, "roles": stats.roles, "system_prompts": stats.system,
-        "trailing_assistant": {"dropped": stats.trailing_dropped, "prefilled": stats.trailing_prefilled},
+        "trailing_assistant": {"dropped": stats.trailing_dropped,
+            "prefilled": stats.trailing_prefilled, "kept": stats.trailing_kept},
+        "tools": {"records_with_tools": stats.with_tools, "tool_calls": stats.tool_calls},
         "prompt_tokens": lengths, "template_sha256": template,
         "output": spec.output, "rejects": spec.rejects,
         "sample": spec.sample.map(|s| json!({

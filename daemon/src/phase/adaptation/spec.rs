@@ -8,6 +8,7 @@ use serde_json::{Map, Value};
 use super::formats::Format;
 use super::rendered::Family;
 use crate::domain::Error;
+use crate::messages::ToolArguments;
 use crate::phase::spec::{self as check, Boundaries};
 use crate::store::Claim;
 
@@ -31,6 +32,8 @@ pub const OUTPUT_FIELDS: &[&str] = &[
     "max_prompt_tokens",
     "batch",
     "sample",
+    "tool_arguments",
+    "reject_empty",
 ];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -65,6 +68,9 @@ pub enum TrailingAssistant {
     Drop,
     /// Kept as the start of the answer.
     Prefill,
+    /// Kept whole, with no generation prompt after it: a training
+    /// conversation rendered as it was held.
+    Keep,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -132,6 +138,10 @@ struct Raw {
     #[serde(default)]
     sample: Option<RawSample>,
     #[serde(default)]
+    tool_arguments: Option<ToolArguments>,
+    #[serde(default)]
+    reject_empty: Option<bool>,
+    #[serde(default)]
     threads: Option<i64>,
     #[serde(default)]
     overwrite: Option<bool>,
@@ -173,6 +183,10 @@ pub struct AdaptationSpec {
     pub max_rejected_share: f64,
     /// Only these many lines, chosen by a seed; `None`: every line.
     pub sample: Option<Sample>,
+    /// How tool-call arguments reach the template.
+    pub tool_arguments: ToolArguments,
+    /// Refuse a line with a message that has no text and no tool calls.
+    pub reject_empty: bool,
     pub threads: usize,
     pub overwrite: bool,
 }
@@ -247,10 +261,13 @@ fn typed(raw: Raw) -> Result<AdaptationSpec, Error> {
         ));
     }
     for (from, to) in &raw.role_map {
-        if !super::formats::ROLES.contains(&to.as_str()) {
+        if !crate::messages::ROLES.contains(&to.as_str()) {
             return Err(Error::invalid(
                 format!("spec.role_map.{from}"),
-                format!("{to:?} is not a role (system, user, assistant, tool, developer)"),
+                format!(
+                    "{to:?} is not a role ({})",
+                    crate::messages::ROLES.join(", ")
+                ),
             ));
         }
     }
@@ -305,6 +322,8 @@ fn typed(raw: Raw) -> Result<AdaptationSpec, Error> {
                 })
             })
             .transpose()?,
+        tool_arguments: raw.tool_arguments.unwrap_or_default(),
+        reject_empty: raw.reject_empty.unwrap_or(false),
         threads,
         overwrite: raw.overwrite.unwrap_or(false),
     })
