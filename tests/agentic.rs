@@ -3,13 +3,20 @@
 //! with 8 real templates gives transformers' bytes (or the template's own
 //! error) through the adaptation phase; its prompts keep their tools in
 //! messages and Batch output; bad agentic lines are rejects with their
-//! reason and nothing else changes.
+//! reason and nothing else changes; a generation keeps the tool calls it is
+//! answered with, streamed or not, exactly once under kill -9.
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use serde_json::{json, Value};
 use todod_e2e::fixtures::fixture;
-use todod_e2e::{create_phase, proto, wait_task, Client, TestDaemon};
+use todod_e2e::mock_openai::{expected_content, expected_tool_calls, MockOpenAi, Settings};
+use todod_e2e::rng::TestRng;
+use todod_e2e::{
+    assert_kill_floor, create_phase, kill_repeatedly, proto, wait_task, Client, RealDaemon,
+    TestDaemon,
+};
 
 fn lines(path: &Path) -> Vec<Value> {
     std::fs::read_to_string(path)
@@ -313,4 +320,203 @@ async fn bad_agentic_lines_are_rejects_with_their_reason_and_the_rest_goes_throu
         assert!(reason.contains(words), "{}: {reason}", line["id"]);
     }
     assert_eq!(result(&task)["rejected"], bad.len() as u64);
+}
+
+/// A generation of `prompts` (in `dir/prompts.jsonl`) against `url`.
+fn generation_spec(dir: &Path, url: &str, stream: bool) -> Value {
+    json!({
+        "prompts": dir.join("prompts.jsonl"), "output": dir.join("out.jsonl"),
+        "endpoints": [url], "model": "mock-model", "max_tokens": 64,
+        "concurrency": 8, "max_attempts": 3, "stream": stream,
+    })
+}
+
+/// The request body the mock sees for a prompt line (what its answer is a
+/// function of).
+fn body_of(prompt: &Value) -> Value {
+    let mut body = json!({"messages": prompt["messages"]});
+    for key in ["tools", "tool_choice"] {
+        if !prompt[key].is_null() {
+            body[key] = prompt[key].clone();
+        }
+    }
+    body
+}
+
+/// Holds each output record against its prompt: tool calls exactly as the
+/// mock made them, the prompt's tools kept, every id once. Returns the
+/// counts (records, tool-call answers, calls) the result must say.
+fn check_records(out: &[Value], prompts: &[Value]) -> (u64, u64, u64) {
+    let by_id: HashMap<&str, &Value> = prompts
+        .iter()
+        .map(|p| (p["id"].as_str().unwrap(), p))
+        .collect();
+    let mut seen: HashMap<&str, usize> = HashMap::new();
+    let (mut finishes, mut calls) = (0, 0);
+    for record in out {
+        let id = record["id"].as_str().unwrap();
+        *seen
+            .entry(
+                by_id
+                    .get_key_value(id)
+                    .map(|(k, _)| *k)
+                    .unwrap_or_else(|| panic!("{id}: not a prompt")),
+            )
+            .or_default() += 1;
+        let prompt = by_id[id];
+        let want = expected_tool_calls(&body_of(prompt));
+        assert_eq!(record["messages"], prompt["messages"], "{id}");
+        assert_eq!(record["tools"], prompt["tools"], "{id}");
+        if want.is_empty() {
+            assert!(record.get("tool_calls").is_none(), "{id}: {record}");
+            let input = todod_e2e::mock_openai::input_of(&body_of(prompt));
+            assert_eq!(record["content"], expected_content(&input), "{id}");
+            assert_eq!(record["finish_reason"], "stop", "{id}");
+        } else {
+            assert_eq!(record["tool_calls"], Value::Array(want.clone()), "{id}");
+            assert_eq!(
+                record["content"], "",
+                "{id}: a tool-call answer has no text"
+            );
+            assert_eq!(record["finish_reason"], "tool_calls", "{id}");
+            finishes += 1;
+            calls += want.len() as u64;
+        }
+    }
+    assert_eq!(seen.len(), prompts.len(), "every prompt answered");
+    assert!(seen.values().all(|n| *n == 1), "each once");
+    (out.len() as u64, finishes, calls)
+}
+
+fn assert_counts(task: &proto::Task, counts: (u64, u64, u64)) {
+    let result = result(task);
+    assert_eq!(result["records"], counts.0, "{result}");
+    assert_eq!(result["tool_call_finishes"], counts.1, "{result}");
+    assert_eq!(result["tool_calls"], counts.2, "{result}");
+    assert_eq!(
+        task.progress.as_ref().map(|p| p.done as u64),
+        Some(counts.0)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_generation_keeps_the_tool_calls_it_is_answered_with_streamed_or_not() {
+    let mock = MockOpenAi::start(Settings::default()).await;
+    let daemon = TestDaemon::start().await;
+    let mut c = daemon.client().await;
+    let mut prompts = prompts_of_the_set();
+    // One tool (a single call), tool_choice none (no call), no tools (text).
+    prompts[0]["tools"] = json!([prompts[0]["tools"][0]]);
+    prompts[1]["tool_choice"] = json!("none");
+    prompts[2].as_object_mut().unwrap().remove("tools");
+    for stream in [true, false] {
+        let dir = tempfile::tempdir().unwrap();
+        write_lines(&dir.path().join("prompts.jsonl"), &prompts);
+        let plan = format!("gen-stream-{stream}");
+        let task = run_phase(
+            &mut c,
+            &plan,
+            "generation",
+            &generation_spec(dir.path(), &mock.url, stream),
+        )
+        .await;
+        assert_eq!(task.status, "completed", "{}", task.error);
+        let out = lines(&dir.path().join("out.jsonl"));
+        let counts = check_records(&out, &prompts);
+        assert_eq!(counts.1 as usize, prompts.len() - 2, "stream {stream}");
+        assert!(counts.2 > counts.1, "parallel calls among them");
+        assert_counts(&task, counts);
+    }
+    // Each request carried its prompt's tools and tool choice.
+    let bodies = mock.bodies();
+    assert_eq!(bodies.len(), 2 * prompts.len());
+    for body in &bodies {
+        let prompt = prompts
+            .iter()
+            .find(|p| p["messages"] == body["messages"])
+            .expect("a prompt's messages");
+        assert_eq!(body["tools"], prompt["tools"]);
+        assert_eq!(body["tool_choice"], prompt["tool_choice"]);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_agentic_prompts_are_rejected_before_any_request() {
+    let mock = MockOpenAi::start(Settings::default()).await;
+    let daemon = TestDaemon::start().await;
+    let mut c = daemon.client().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (good, bad) = good_and_bad_agentic_lines();
+    let input = write_mixed(dir.path(), &good, &bad);
+    std::fs::rename(&input, dir.path().join("prompts.jsonl")).unwrap();
+    let task = run_phase(
+        &mut c,
+        "gen-bad",
+        "generation",
+        &generation_spec(dir.path(), &mock.url, true),
+    )
+    .await;
+    assert_eq!(task.status, "completed", "{}", task.error);
+    check_records(&lines(&dir.path().join("out.jsonl")), &good);
+    assert_eq!(mock.requests(), good.len(), "no request for a bad line");
+    let rejects = lines(&dir.path().join("out.jsonl.rejects.jsonl"));
+    assert_eq!(rejects.len(), bad.len());
+    for (reject, (line, words)) in rejects.iter().zip(&bad) {
+        let reason = reject["reason"].as_str().unwrap();
+        assert!(reason.contains(words), "{}: {reason}", line["id"]);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tool_call_records_are_written_exactly_once_under_kill_9() {
+    const COPIES: usize = 20;
+    const KILLS: usize = 6;
+    const MIN_KILLS: usize = 3;
+    let mock = MockOpenAi::start(Settings {
+        latency: Duration::from_millis(40),
+        keep_bodies: false,
+        ..Settings::default()
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let set = prompts_of_the_set();
+    let prompts: Vec<Value> = (0..COPIES)
+        .flat_map(|copy| {
+            set.iter().map(move |p| {
+                with(
+                    p.clone(),
+                    json!({"id": format!("{}-{copy}", p["id"].as_str().unwrap())}),
+                )
+            })
+        })
+        .collect();
+    write_lines(&dir.path().join("prompts.jsonl"), &prompts);
+    let mut rng = TestRng::new("tool_call_records_are_written_exactly_once_under_kill_9");
+    let mut daemon = RealDaemon::spawn(state.path());
+    let mut c = daemon.client().await;
+    let spec = generation_spec(dir.path(), &mock.url, true);
+    let id = create_phase(&mut c, "gen", "generation", &spec.to_string(), &[])
+        .await
+        .unwrap();
+    let kills = kill_repeatedly(&mut daemon, state.path(), "gen", &id, KILLS, || {
+        Duration::from_millis(rng.below(400))
+    })
+    .await;
+    let kills = assert_kill_floor(&kills, MIN_KILLS, &rng.replay());
+    let mut c = daemon.client().await;
+    let task = wait_task(&mut c, "gen", &id, |t| {
+        ["completed", "failed"].contains(&t.status.as_str())
+    })
+    .await;
+    assert_eq!(
+        task.status,
+        "completed",
+        "{} ({})",
+        task.error,
+        rng.replay()
+    );
+    let counts = check_records(&lines(&dir.path().join("out.jsonl")), &prompts);
+    assert_counts(&task, counts);
+    println!("{kills} kills, {} tool-call records, each once", counts.1);
 }

@@ -411,6 +411,15 @@ async fn serve(
         _ => {}
     }
 
+    let calls = if chat && fault == Fault::Ok {
+        expected_tool_calls(&request.body)
+    } else {
+        Vec::new()
+    };
+    if !calls.is_empty() {
+        drop(counted);
+        return answer_with_calls(&mut stream, &model, &calls, streamed).await;
+    }
     let finish = if fault == Fault::Length {
         "length"
     } else {
@@ -500,6 +509,108 @@ async fn serve(
     let tail = format!("data: {last}\n\ndata: {usage_chunk}\n\ndata: [DONE]\n\n");
     drop(counted);
     stream.write_all(tail.as_bytes()).await?;
+    stream.shutdown().await
+}
+
+/// The tool calls the mock answers a chat request with: when it offers
+/// tools (and `tool_choice` is not "none"), a call of its first tool, and
+/// with two or more tools a second, parallel call of the second; the
+/// arguments and ids are pure functions of the input.
+pub fn expected_tool_calls(body: &Value) -> Vec<Value> {
+    let Some(tools) = body["tools"].as_array() else {
+        return Vec::new();
+    };
+    if body["tool_choice"] == "none" {
+        return Vec::new();
+    }
+    let input = input_of(body);
+    tools
+        .iter()
+        .take(2)
+        .enumerate()
+        .map(|(k, tool)| {
+            let name = tool["function"]["name"]
+                .as_str()
+                .or(tool["name"].as_str())
+                .unwrap_or("tool");
+            let arguments = json!({"query": expected_content(&input), "call": k}).to_string();
+            json!({"id": format!("call_{:08x}_{k}", fnv(&input) as u32), "type": "function",
+                   "function": {"name": name, "arguments": arguments}})
+        })
+        .collect()
+}
+
+/// Answers with `calls`, whole or as a stream whose deltas split each
+/// call's arguments in three and interleave the calls, as servers that
+/// stream parallel calls do.
+async fn answer_with_calls(
+    stream: &mut TcpStream,
+    model: &str,
+    calls: &[Value],
+    streamed: bool,
+) -> std::io::Result<()> {
+    let arguments: Vec<&str> = calls
+        .iter()
+        .map(|c| c["function"]["arguments"].as_str().unwrap())
+        .collect();
+    let tokens: usize = arguments.iter().map(|a| a.split(' ').count()).sum();
+    let usage =
+        json!({"prompt_tokens": 1, "completion_tokens": tokens, "total_tokens": tokens + 1});
+    if !streamed {
+        let body = json!({"id": "mock", "model": model, "usage": usage, "choices": [{"index": 0,
+            "message": {"role": "assistant", "content": null, "tool_calls": calls},
+            "finish_reason": "tool_calls"}]})
+        .to_string();
+        let head = format!(
+            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\
+             connection: close\r\n\r\n",
+            body.len()
+        );
+        stream.write_all(head.as_bytes()).await?;
+        stream.write_all(body.as_bytes()).await?;
+        return stream.shutdown().await;
+    }
+    let chunk = |delta: Value, finish: Value| {
+        format!(
+            "data: {}\n\n",
+            json!({"model": model, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+        )
+    };
+    let thirds = |text: &str| -> [String; 3] {
+        let chars: Vec<char> = text.chars().collect();
+        let (a, b) = (chars.len() / 3, 2 * chars.len() / 3);
+        [
+            chars[..a].iter().collect(),
+            chars[a..b].iter().collect(),
+            chars[b..].iter().collect(),
+        ]
+    };
+    let mut events = vec![chunk(
+        json!({"role": "assistant", "content": null}),
+        Value::Null,
+    )];
+    let pieces: Vec<[String; 3]> = arguments.iter().map(|a| thirds(a)).collect();
+    for part in 0..3 {
+        for (index, (call, piece)) in calls.iter().zip(&pieces).enumerate() {
+            let mut delta = json!({"index": index, "function": {"arguments": piece[part]}});
+            if part == 0 {
+                delta["id"] = call["id"].clone();
+                delta["type"] = json!("function");
+                delta["function"]["name"] = call["function"]["name"].clone();
+            }
+            events.push(chunk(json!({"tool_calls": [delta]}), Value::Null));
+        }
+    }
+    events.push(chunk(json!({}), json!("tool_calls")));
+    events.push(format!(
+        "data: {}\n\ndata: [DONE]\n\n",
+        json!({"model": model, "choices": [], "usage": usage})
+    ));
+    let head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n";
+    stream.write_all(head.as_bytes()).await?;
+    for event in events {
+        stream.write_all(event.as_bytes()).await?;
+    }
     stream.shutdown().await
 }
 

@@ -6,6 +6,7 @@ use std::fmt;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use super::endpoints::Endpoints;
@@ -32,14 +33,20 @@ pub struct CompletionRequest {
 }
 
 /// What every request of a run shares, serialized once: the body up to the
-/// input (`{...params, "model", "stream", "messages":`), so that a request
-/// costs one copy of its input and no JSON tree.
+/// input (`{...params, "model", "stream"`), so that a request costs one copy
+/// of its input and no JSON tree.
 #[derive(Debug, Clone)]
 pub struct RequestTemplate {
     pub api: Api,
     pub stream: bool,
     head: Vec<u8>,
+    /// The body's fields, for a request whose own fields replace some.
+    fields: Map<String, Value>,
 }
+
+/// A request's own body fields beside its input (a prompt's `tools`,
+/// `tool_choice`, ...), as the JSON text it came with.
+pub type RequestFields = [(&'static str, Box<RawValue>)];
 
 impl RequestTemplate {
     pub fn new(
@@ -58,21 +65,51 @@ impl RequestTemplate {
                 serde_json::json!({ "include_usage": true }),
             );
         }
-        let input = match api {
-            Api::Chat => "messages",
-            Api::Completions => "prompt",
-        };
-        body.remove(input);
-        let mut head = serde_json::to_vec(&Value::Object(body)).expect("a map serializes");
+        body.remove(Self::input_key(api));
+        let mut head = serde_json::to_vec(&body).expect("a map serializes");
         head.pop(); // the closing brace: the input goes last
-        head.extend_from_slice(format!(",\"{input}\":").as_bytes());
-        RequestTemplate { api, stream, head }
+        RequestTemplate {
+            api,
+            stream,
+            head,
+            fields: body,
+        }
     }
 
-    /// The body for one input, given as its JSON text.
-    pub fn body(&self, input_json: &str) -> Vec<u8> {
-        let mut body = Vec::with_capacity(self.head.len() + input_json.len() + 1);
+    fn input_key(api: Api) -> &'static str {
+        match api {
+            Api::Chat => "messages",
+            Api::Completions => "prompt",
+        }
+    }
+
+    /// The body for one input, given as its JSON text, with the request's
+    /// own `fields` (which win over the run's parameters of the same name).
+    pub fn body(&self, input_json: &str, fields: &RequestFields) -> Vec<u8> {
+        let input_key = Self::input_key(self.api);
+        if fields.iter().any(|(k, _)| self.fields.contains_key(*k)) {
+            // Rare: a prompt's own field replaces a run-wide one.
+            let mut body = self.fields.clone();
+            for (key, raw) in fields {
+                let value = serde_json::from_str(raw.get()).expect("raw JSON parses");
+                body.insert((*key).to_string(), value);
+            }
+            let input = serde_json::from_str(input_json).expect("raw JSON parses");
+            body.insert(input_key.to_string(), input);
+            return serde_json::to_vec(&body).expect("a map serializes");
+        }
+        let extra: usize = fields
+            .iter()
+            .map(|(k, v)| k.len() + v.get().len() + 4)
+            .sum();
+        let mut body =
+            Vec::with_capacity(self.head.len() + extra + input_json.len() + input_key.len() + 5);
         body.extend_from_slice(&self.head);
+        for (key, raw) in fields {
+            body.extend_from_slice(format!(",\"{key}\":").as_bytes());
+            body.extend_from_slice(raw.get().as_bytes());
+        }
+        body.extend_from_slice(format!(",\"{input_key}\":").as_bytes());
         body.extend_from_slice(input_json.as_bytes());
         body.push(b'}');
         body
@@ -112,12 +149,31 @@ impl Usage {
 pub struct Completion {
     pub content: String,
     pub reasoning: Option<String>,
+    /// The calls an answer makes, as a client SDK assembles them (a
+    /// stream's deltas put together by index).
+    pub tool_calls: Vec<ToolCall>,
     pub finish_reason: String,
     pub usage: Option<Usage>,
     pub model: String,
     /// For a stream: from sending the request to its first content (or
     /// reasoning) piece, the time to first token.
     pub first_token: Option<Duration>,
+}
+
+/// One tool call of an answer: `{id, type, function: {name, arguments}}`,
+/// the arguments as the JSON text the model wrote.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ToolCall {
+    pub id: String,
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub function: FunctionCall,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct FunctionCall {
+    pub name: String,
+    pub arguments: String,
 }
 
 /// A completion and how it was obtained.
@@ -252,17 +308,19 @@ impl InferenceClient {
         let template =
             RequestTemplate::new(request.api, &request.model, &request.params, request.stream);
         let input = serde_json::to_string(&request.input).expect("JSON serializes");
-        self.complete_with(&template, &input).await
+        self.complete_with(&template, &input, &[]).await
     }
 
     /// Sends the request `template` makes of `input_json` (the messages
-    /// array or the prompt string, as JSON text).
+    /// array or the prompt string, as JSON text) and the request's own
+    /// `fields`.
     pub async fn complete_with(
         &self,
         template: &RequestTemplate,
         input_json: &str,
+        fields: &RequestFields,
     ) -> Result<Outcome, Failed> {
-        let body = bytes::Bytes::from(template.body(input_json));
+        let body = bytes::Bytes::from(template.body(input_json, fields));
         let started = Instant::now();
         let mut attempt = 0;
         loop {
@@ -490,6 +548,44 @@ mod wire {
         pub reasoning_content: Option<Cow<'a, str>>,
         #[serde(borrow, default)]
         pub reasoning: Option<Cow<'a, str>>,
+        #[serde(borrow, default)]
+        pub tool_calls: Option<Vec<Call<'a>>>,
+    }
+
+    /// A tool call, whole or a stream's delta of one.
+    #[derive(Deserialize, Default)]
+    pub struct Call<'a> {
+        #[serde(default)]
+        pub index: Option<usize>,
+        #[serde(borrow, default)]
+        pub id: Option<Cow<'a, str>>,
+        #[serde(borrow, default, rename = "type")]
+        pub kind: Option<Cow<'a, str>>,
+        #[serde(borrow, default)]
+        pub function: Option<Function<'a>>,
+    }
+
+    #[derive(Deserialize, Default)]
+    pub struct Function<'a> {
+        #[serde(borrow, default)]
+        pub name: Option<Cow<'a, str>>,
+        /// Text as the API sends it; an object from a lenient server.
+        #[serde(borrow, default)]
+        pub arguments: Option<&'a RawValue>,
+    }
+
+    impl Function<'_> {
+        /// The arguments' text: a JSON string's value, or other JSON as it was.
+        pub fn arguments(&self) -> String {
+            match self.arguments {
+                None => String::new(),
+                Some(raw) => match serde_json::from_str::<Cow<str>>(raw.get()) {
+                    Ok(text) => text.into_owned(),
+                    Err(_) if raw.get() == "null" => String::new(),
+                    Err(_) => raw.get().to_string(),
+                },
+            }
+        }
     }
 
     #[derive(Deserialize)]
@@ -565,9 +661,34 @@ fn parse_whole(bytes: &[u8], api: Api) -> Result<Completion, Failure> {
         .finish_reason
         .as_deref()
         .ok_or_else(|| Failure::Incomplete("no finish_reason in the answer".into()))?;
+    let tool_calls = choice
+        .message
+        .as_ref()
+        .and_then(|m| m.tool_calls.as_ref())
+        .map(|calls| {
+            calls
+                .iter()
+                .map(|call| {
+                    let function = call.function.as_ref();
+                    ToolCall {
+                        id: call.id.as_deref().unwrap_or_default().to_string(),
+                        kind: call.kind.as_deref().unwrap_or("function").to_string(),
+                        function: FunctionCall {
+                            name: function
+                                .and_then(|f| f.name.as_deref())
+                                .unwrap_or_default()
+                                .to_string(),
+                            arguments: function.map(wire::Function::arguments).unwrap_or_default(),
+                        },
+                    }
+                })
+                .collect()
+        })
+        .unwrap_or_default();
     Ok(Completion {
         content: content.unwrap_or_default().to_string(),
         reasoning: reasoning.map(str::to_string),
+        tool_calls,
         finish_reason: finish_reason.to_string(),
         usage: answer.usage,
         model: answer.model.as_deref().unwrap_or_default().to_string(),
@@ -621,8 +742,13 @@ impl StreamAccumulator {
         }
         if let Some(choice) = chunk.choices.as_ref().and_then(|c| c.first()) {
             let (content, reasoning) = texts(choice, api, false);
+            let calls = choice.delta.as_ref().and_then(|d| d.tool_calls.as_deref());
             let piece = !content.unwrap_or_default().is_empty()
-                || !reasoning.unwrap_or_default().is_empty();
+                || !reasoning.unwrap_or_default().is_empty()
+                || calls.is_some_and(|c| !c.is_empty());
+            for call in calls.unwrap_or_default() {
+                self.take_call(call);
+            }
             if piece && self.completion.first_token.is_none() {
                 self.completion.first_token = Some(self.sent.elapsed());
             }
@@ -637,7 +763,47 @@ impl StreamAccumulator {
         Ok(false)
     }
 
+    /// Puts a tool-call delta into the call at its index, as the OpenAI
+    /// SDK does: `type` is set, `id`, `name` and `arguments` are appended
+    /// (an id a server repeats in every delta is taken once).
+    fn take_call(&mut self, delta: &wire::Call<'_>) {
+        let calls = &mut self.completion.tool_calls;
+        let index = delta.index.unwrap_or(if delta.id.is_some() {
+            calls.len()
+        } else {
+            calls.len().saturating_sub(1)
+        });
+        if index >= calls.len() {
+            // An index far past the calls seen is a broken stream; it is
+            // bounded so that it cannot make a huge list.
+            if index > calls.len() + 64 {
+                return;
+            }
+            calls.resize_with(index + 1, ToolCall::default);
+        }
+        let call = &mut calls[index];
+        if let Some(kind) = delta.kind.as_deref() {
+            call.kind = kind.to_string();
+        }
+        if let Some(id) = delta.id.as_deref() {
+            if call.id != id {
+                call.id.push_str(id);
+            }
+        }
+        if let Some(function) = &delta.function {
+            if let Some(name) = function.name.as_deref() {
+                call.function.name.push_str(name);
+            }
+            call.function.arguments.push_str(&function.arguments());
+        }
+    }
+
     fn finish(mut self) -> Result<Completion, Failure> {
+        for call in &mut self.completion.tool_calls {
+            if call.kind.is_empty() {
+                call.kind = "function".into();
+            }
+        }
         self.completion.finish_reason = self.finish_reason.ok_or_else(|| {
             Failure::Incomplete("the stream ended without a finish_reason".into())
         })?;
@@ -663,12 +829,100 @@ mod tests {
         );
         let template = RequestTemplate::new(Api::Chat, "m", &params, true);
         let body: Value =
-            serde_json::from_slice(&template.body(r#"[{"role": "user", "content": "hi"}]"#))
+            serde_json::from_slice(&template.body(r#"[{"role": "user", "content": "hi"}]"#, &[]))
                 .unwrap();
         assert_eq!(body["chat_template_kwargs"]["enable_thinking"], false);
         assert_eq!(body["temperature"], 0.6);
         assert_eq!(body["stream_options"]["include_usage"], true);
         assert_eq!(body["messages"][0]["content"], "hi");
+    }
+
+    fn raw(json: &str) -> Box<RawValue> {
+        RawValue::from_string(json.to_string()).unwrap()
+    }
+
+    #[test]
+    fn a_prompts_own_fields_go_with_its_request_and_win_over_the_runs() {
+        let mut params = Map::new();
+        params.insert("temperature".into(), json!(0.6));
+        let template = RequestTemplate::new(Api::Chat, "m", &params, false);
+        let tools = r#"[{"type": "function", "function": {"name": "f"}}]"#;
+        let fields = [("tools", raw(tools)), ("tool_choice", raw(r#""auto""#))];
+        let bytes = template.body(r#"[{"role": "user", "content": "hi"}]"#, &fields);
+        let body: Value = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(body["tools"], serde_json::from_str::<Value>(tools).unwrap());
+        assert_eq!(
+            (body["tool_choice"].as_str(), body["temperature"].as_f64()),
+            (Some("auto"), Some(0.6))
+        );
+        // A key given twice would leave the server to choose; it is given once.
+        params.insert("tool_choice".into(), json!("none"));
+        let template = RequestTemplate::new(Api::Chat, "m", &params, false);
+        let bytes = template.body(r#"[{"role": "user", "content": "hi"}]"#, &fields);
+        let text = String::from_utf8(bytes).unwrap();
+        assert_eq!(text.matches("tool_choice").count(), 1, "{text}");
+        let body: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(body["tool_choice"], "auto");
+        assert_eq!(body["messages"][0]["content"], "hi");
+    }
+
+    #[test]
+    fn whole_answers_keep_their_tool_calls() {
+        let answer = json!({"choices": [{"message": {"content": null, "tool_calls": [
+            {"id": "a", "type": "function", "function": {"name": "f", "arguments": "{\"x\": 1}"}},
+            {"id": "b", "type": "function", "function": {"name": "g", "arguments": {"y": 2}}}]},
+            "finish_reason": "tool_calls"}]});
+        let c = parse_whole(answer.to_string().as_bytes(), Api::Chat).unwrap();
+        assert_eq!(c.content, "");
+        assert_eq!(c.finish_reason, "tool_calls");
+        assert_eq!(
+            serde_json::to_value(&c.tool_calls).unwrap(),
+            json!([{"id": "a", "type": "function", "function": {"name": "f", "arguments": "{\"x\": 1}"}},
+                   {"id": "b", "type": "function", "function": {"name": "g", "arguments": "{\"y\":2}"}}])
+        );
+    }
+
+    #[test]
+    fn streamed_tool_calls_are_put_together_by_index() {
+        let mut acc = StreamAccumulator::default();
+        let chunk = |delta: Value, finish: Value| {
+            SseEvent::Data(
+                json!({"choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+                    .to_string(),
+            )
+        };
+        for (delta, finish) in [
+            (
+                json!({"role": "assistant", "content": null, "tool_calls": [
+                {"index": 0, "id": "call_a", "type": "function", "function": {"name": "get_", "arguments": ""}}]}),
+                Value::Null,
+            ),
+            (
+                json!({"tool_calls": [{"index": 0, "function": {"name": "weather", "arguments": "{\"ci"}}]}),
+                Value::Null,
+            ),
+            (
+                json!({"tool_calls": [{"index": 1, "id": "call_b", "type": "function", "function": {"name": "f", "arguments": "{}"}}]}),
+                Value::Null,
+            ),
+            // vLLM-style: the id sent again with a later delta of the same call.
+            (
+                json!({"tool_calls": [{"index": 0, "id": "call_a", "function": {"arguments": "ty\": \"Oslo\"}"}}]}),
+                Value::Null,
+            ),
+            (json!({}), json!("tool_calls")),
+        ] {
+            assert!(!acc.take(chunk(delta, finish), Api::Chat).unwrap());
+        }
+        assert!(acc.take(SseEvent::Done, Api::Chat).unwrap());
+        let c = acc.finish().unwrap();
+        assert_eq!(c.finish_reason, "tool_calls");
+        assert!(c.first_token.is_some());
+        assert_eq!(
+            serde_json::to_value(&c.tool_calls).unwrap(),
+            json!([{"id": "call_a", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\": \"Oslo\"}"}},
+                   {"id": "call_b", "type": "function", "function": {"name": "f", "arguments": "{}"}}])
+        );
     }
 
     #[test]

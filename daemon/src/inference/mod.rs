@@ -6,7 +6,7 @@ pub mod retry;
 pub mod sse;
 
 pub use client::{
-    Api, Completion, CompletionRequest, Failed, InferenceClient, Limits, Outcome, RequestTemplate,
-    Usage,
+    Api, Completion, CompletionRequest, Failed, FunctionCall, InferenceClient, Limits, Outcome,
+    RequestFields, RequestTemplate, ToolCall, Usage,
 };
 pub use retry::{Backoff, Failure};

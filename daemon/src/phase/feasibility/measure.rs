@@ -133,8 +133,11 @@ pub async fn warm_up(
             }
         };
         for prompt in prompts.iter().cycle().take(requests) {
-            match tokio::time::timeout(timeout, client.complete_with(&template, prompt.input.get()))
-                .await
+            match tokio::time::timeout(
+                timeout,
+                client.complete_with(&template, prompt.input.get(), &prompt.fields),
+            )
+            .await
             {
                 Ok(Ok(_)) => {}
                 Ok(Err(f)) => notes.push(format!("{endpoint}: warm-up request failed: {f}")),
@@ -216,7 +219,7 @@ pub async fn level(
                 let prompt = &prompts[next.fetch_add(1, Ordering::Relaxed) % prompts.len()];
                 let started = Instant::now();
                 let result = client
-                    .complete_with(&template, prompt.input.get())
+                    .complete_with(&template, prompt.input.get(), &prompt.fields)
                     .await
                     .map(|out| {
                         let usage = out.completion.usage.clone().unwrap_or_default();

@@ -46,6 +46,12 @@ pub struct Stats {
     pub tokens: u64,
     pub prompt_tokens: u64,
     pub length_finishes: u64,
+    /// Answers that are tool calls (`finish_reason: "tool_calls"`), and
+    /// the calls in all answers.
+    #[serde(default)]
+    pub tool_call_finishes: u64,
+    #[serde(default)]
+    pub tool_calls: u64,
     /// The last failure's message, for a verdict that says why.
     #[serde(default)]
     pub last_error: String,
@@ -132,19 +138,28 @@ impl RecordPhase for Generation {
                     stats.prompt_tokens += usage.prompt_tokens;
                 }
                 stats.length_finishes += u64::from(c.finish_reason == "length");
+                stats.tool_call_finishes += u64::from(c.finish_reason == "tool_calls");
+                stats.tool_calls += c.tool_calls.len() as u64;
                 stats.records += 1;
                 let kept = self.spec.keep_prompt.then_some(&*prompt.input);
                 let (messages, prompt_text) = match self.spec.api {
                     Api::Chat => (kept, None),
                     Api::Completions => (None, kept),
                 };
+                let request = if self.spec.keep_prompt {
+                    prompt.fields.as_slice()
+                } else {
+                    &[]
+                };
                 let record = Record {
                     id: &prompt.id,
                     line: prompt.line,
                     messages,
                     prompt: prompt_text,
+                    request: RequestFields(request),
                     content: &c.content,
                     reasoning: c.reasoning.as_deref(),
+                    tool_calls: (!c.tool_calls.is_empty()).then_some(c.tool_calls.as_slice()),
                     finish_reason: &c.finish_reason,
                     usage: c.usage.as_ref(),
                     model: &c.model,
@@ -161,16 +176,17 @@ impl RecordPhase for Generation {
                     Api::Chat => "messages",
                     Api::Completions => "prompt",
                 };
-                files.line(
-                    FAILURES,
-                    &json!({
-                        "id": prompt.id, "line": prompt.line, input_key: prompt.input,
-                        "failure": {
-                            "error": failed.failure.to_string(), "attempts": failed.attempts,
-                            "endpoint": failed.endpoint,
-                        },
-                    }),
-                )
+                // What a retry pass needs to send the same request again.
+                let mut line =
+                    json!({"id": prompt.id, "line": prompt.line, input_key: prompt.input});
+                for (key, raw) in &prompt.fields {
+                    line[*key] = serde_json::from_str(raw.get()).expect("raw JSON parses");
+                }
+                line["failure"] = json!({
+                    "error": failed.failure.to_string(), "attempts": failed.attempts,
+                    "endpoint": failed.endpoint,
+                });
+                files.line(FAILURES, &line)
             }
         }
     }
@@ -258,14 +274,34 @@ struct Record<'a> {
     messages: Option<&'a serde_json::value::RawValue>,
     #[serde(skip_serializing_if = "Option::is_none")]
     prompt: Option<&'a serde_json::value::RawValue>,
+    /// The prompt's own `tools`, `tool_choice`, ... (with `keep_prompt`).
+    #[serde(flatten)]
+    request: RequestFields<'a>,
     content: &'a str,
     reasoning: Option<&'a str>,
+    /// The answer's tool calls, when it made any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_calls: Option<&'a [crate::inference::ToolCall]>,
     finish_reason: &'a str,
     usage: Option<&'a crate::inference::Usage>,
     model: &'a str,
     endpoint: &'a str,
     latency_ms: u64,
     attempts: u32,
+}
+
+/// A prompt's request fields, written as fields of the record.
+struct RequestFields<'a>(&'a [(&'static str, Box<serde_json::value::RawValue>)]);
+
+impl Serialize for RequestFields<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = s.serialize_map(Some(self.0.len()))?;
+        for (key, raw) in self.0 {
+            map.serialize_entry(key, raw)?;
+        }
+        map.end()
+    }
 }
 
 /// What the run is held against: the vouch, and when the task started
@@ -294,7 +330,9 @@ async fn count_holds(run: &RunContext, held: &mut Option<Held>) {
 fn result(spec: &GenerationSpec, stats: &Stats, state: &PhaseState, held: Option<&Held>) -> String {
     let mut result = json!({
         "records": stats.records, "failed": stats.failed, "rejected": stats.rejected,
-        "length_finishes": stats.length_finishes, "tokens": stats.tokens,
+        "length_finishes": stats.length_finishes,
+        "tool_call_finishes": stats.tool_call_finishes, "tool_calls": stats.tool_calls,
+        "tokens": stats.tokens,
         "prompt_tokens": stats.prompt_tokens, "passes": state.pass + 1,
         "output": spec.output, "failures": spec.failures, "rejects": spec.rejects,
     });
@@ -532,7 +570,9 @@ async fn run_inner(run: &RunContext, spec: GenerationSpec) -> Result<Ended, Stri
         Box::pin(async move {
             // Waits while a re-measurement holds the run.
             let _pass = gate.pass().await;
-            let result = client.complete_with(&template, prompt.input.get()).await;
+            let result = client
+                .complete_with(&template, prompt.input.get(), &prompt.fields)
+                .await;
             Answer { prompt, result }
         }) as pipeline::BoxFuture<Answer>
     });

@@ -4,15 +4,14 @@
 use std::borrow::Cow;
 
 use serde::de::{DeserializeSeed, IgnoredAny, MapAccess, Visitor};
-use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::Value;
 
 use crate::inference::Api;
+use crate::messages::{self, Request, ToolArguments};
 
 /// Lines longer than this are rejected without being read.
 pub const MAX_LINE_BYTES: usize = 1 << 20;
-const ROLES: &[&str] = &["system", "user", "assistant", "tool", "developer"];
 
 /// One usable line.
 #[derive(Debug, Clone)]
@@ -24,7 +23,14 @@ pub struct Prompt {
     /// `messages` for chat, the `prompt` string for completions, as the JSON
     /// text the line had: sent on without being rebuilt.
     pub input: Box<RawValue>,
+    /// For chat, the line's own request fields (`tools`, `tool_choice`,
+    /// `parallel_tool_calls`, `documents`), sent with its request as they
+    /// came.
+    pub fields: Vec<(&'static str, Box<RawValue>)>,
 }
+
+/// The request fields a chat prompt line may carry beside its messages.
+pub const REQUEST_FIELDS: [&str; 4] = ["tools", "tool_choice", "parallel_tool_calls", "documents"];
 
 /// A line that cannot be used, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -40,6 +46,7 @@ struct Fields<'a> {
     line: Option<Value>,
     messages: Option<&'a RawValue>,
     prompt: Option<&'a RawValue>,
+    request: [Option<&'a RawValue>; 4],
 }
 
 struct FieldsSeed<'f>(&'f str);
@@ -68,21 +75,14 @@ impl<'de> Visitor<'de> for FieldsSeed<'_> {
                 fields.prompt = Some(map.next_value()?);
             } else if key == "line" {
                 fields.line = Some(map.next_value()?);
+            } else if let Some(i) = REQUEST_FIELDS.iter().position(|k| *k == key) {
+                fields.request[i] = Some(map.next_value()?);
             } else {
                 map.next_value::<IgnoredAny>()?;
             }
         }
         Ok(fields)
     }
-}
-
-/// What a chat message must have.
-#[derive(Deserialize)]
-struct Message<'a> {
-    #[serde(borrow, default)]
-    role: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
-    content: Option<&'a RawValue>,
 }
 
 /// Parses line `line` (1-based) of a prompt file for `api`; the id comes from
@@ -121,28 +121,26 @@ pub fn parse(
             )))
         }
     };
+    let mut request_fields = Vec::new();
     let input = match api {
         Api::Chat => {
             let raw = fields
                 .messages
                 .ok_or_else(|| reject("messages: expected a non-empty array".into()))?;
-            let messages: Vec<Message> = serde_json::from_str(raw.get())
-                .map_err(|_| reject("messages: expected a non-empty array".into()))?;
-            if messages.is_empty() {
-                return Err(reject("messages: expected a non-empty array".into()));
-            }
-            for (i, message) in messages.iter().enumerate() {
-                match message.role.as_deref() {
-                    Some(role) if ROLES.contains(&role) => {}
-                    Some(role) => {
-                        return Err(reject(format!("messages[{i}].role: unknown role {role:?}")))
-                    }
-                    None => return Err(reject(format!("messages[{i}].role: missing"))),
-                }
-                if !message.content.is_some_and(|c| c.get().starts_with('"')) {
-                    return Err(reject(format!("messages[{i}].content: expected a string")));
+            let messages: Value = serde_json::from_str(raw.get()).expect("a raw value is JSON");
+            messages::check_messages(&messages, "messages", ToolArguments::Object)
+                .map_err(reject)?;
+            let mut object = serde_json::Map::new();
+            for (key, raw) in REQUEST_FIELDS.iter().zip(fields.request) {
+                if let Some(raw) = raw.filter(|r| r.get() != "null") {
+                    object.insert(
+                        (*key).to_string(),
+                        serde_json::from_str(raw.get()).expect("JSON"),
+                    );
+                    request_fields.push((*key, raw.to_owned()));
                 }
             }
+            Request::read(&object, "").map_err(reject)?;
             raw
         }
         Api::Completions => match fields.prompt {
@@ -158,6 +156,7 @@ pub fn parse(
         id,
         line,
         input: input.to_owned(),
+        fields: request_fields,
     })
 }
 
@@ -184,6 +183,45 @@ mod tests {
         )
         .unwrap();
         assert_eq!((p.id.as_str(), p.input.get()), ("5", "\"once\""));
+    }
+
+    #[test]
+    fn agentic_lines_keep_their_request_fields_as_they_came() {
+        let line = r#"{"id": "t", "messages": [{"role": "user", "content": [{"type": "text", "text": "q"}]},
+            {"role": "assistant", "content": null, "tool_calls": [{"id": "c", "type": "function",
+             "function": {"name": "f", "arguments": "{}"}}]},
+            {"role": "tool", "tool_call_id": "c", "content": "r"}],
+            "tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": "auto",
+            "parallel_tool_calls": null, "other": 1}"#;
+        let p = chat(line).unwrap();
+        let fields: Vec<(&str, &str)> = p.fields.iter().map(|(k, v)| (*k, v.get())).collect();
+        assert_eq!(
+            fields,
+            [
+                (
+                    "tools",
+                    r#"[{"type": "function", "function": {"name": "f"}}]"#
+                ),
+                ("tool_choice", r#""auto""#)
+            ]
+        );
+        for (line, words) in [
+            (
+                r#"{"messages": [{"role": "user", "content": "q"}], "tools": "f"}"#,
+                "tools: expected a list",
+            ),
+            (
+                r#"{"messages": [{"role": "tool", "content": "q"}]}"#,
+                "messages[0].tool_call_id",
+            ),
+            (
+                r#"{"messages": [{"role": "user", "content": "q"}], "parallel_tool_calls": 1}"#,
+                "parallel_tool_calls",
+            ),
+        ] {
+            let err = chat(line).unwrap_err();
+            assert!(err.reason.contains(words), "{line}: {}", err.reason);
+        }
     }
 
     #[test]
