@@ -4,14 +4,20 @@
 //! error) through the adaptation phase; its prompts keep their tools in
 //! messages and Batch output; bad agentic lines are rejects with their
 //! reason and nothing else changes; a generation keeps the tool calls it is
-//! answered with, streamed or not, exactly once under kill -9.
+//! answered with, streamed or not, exactly once under kill -9; training
+//! conversations tokenize with their tool calls trained on and their tool
+//! results not; and a prompt set goes adaptation → generation →
+//! tokenization with its tools and calls intact.
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde_json::{json, Value};
+use todod::chat_template::{ChatTemplate, Clock, RenderInput};
+use todod::tokenizer::Tokenizer;
 use todod_e2e::fixtures::fixture;
 use todod_e2e::mock_openai::{expected_content, expected_tool_calls, MockOpenAi, Settings};
+use todod_e2e::parquet_rows::read_parquet;
 use todod_e2e::rng::TestRng;
 use todod_e2e::{
     assert_kill_floor, create_phase, kill_repeatedly, proto, wait_task, Client, RealDaemon,
@@ -519,4 +525,270 @@ async fn tool_call_records_are_written_exactly_once_under_kill_9() {
     let counts = check_records(&lines(&dir.path().join("out.jsonl")), &prompts);
     assert_counts(&task, counts);
     println!("{kills} kills, {} tool-call records, each once", counts.1);
+}
+
+fn smollm2() -> std::sync::Arc<dyn Tokenizer> {
+    todod::tokenizer::load_dir(&fixture("smollm2"))
+        .unwrap()
+        .tokenizer
+}
+
+/// The byte ranges of `full` whose tokens are trained on (label not -100).
+fn trained_ranges(tokenizer: &dyn Tokenizer, full: &str, labels: &[i64]) -> Vec<(usize, usize)> {
+    let enc = tokenizer.encode(full, true).unwrap();
+    assert_eq!(enc.offsets.len(), labels.len());
+    enc.offsets
+        .iter()
+        .zip(labels)
+        .filter(|(_, l)| **l != -100)
+        .map(|(o, _)| *o)
+        .collect()
+}
+
+fn text_of(full: &str, ranges: &[(usize, usize)]) -> String {
+    let mut covered = vec![false; full.len()];
+    for &(s, e) in ranges {
+        covered[s..e].iter_mut().for_each(|c| *c = true);
+    }
+    let bytes: Vec<u8> = full
+        .bytes()
+        .zip(&covered)
+        .filter(|(_, c)| **c)
+        .map(|(b, _)| b)
+        .collect();
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+/// The names of the calls an assistant turn makes.
+fn call_names(turn: &Value) -> Vec<String> {
+    turn["tool_calls"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|c| c["function"]["name"].as_str().unwrap().to_string())
+        .collect()
+}
+
+const QWEN3: &str = "Qwen-Qwen3-0.6B.jinja";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn training_conversations_train_on_their_tool_calls_and_never_on_tool_results() {
+    let daemon = TestDaemon::start().await;
+    let mut c = daemon.client().await;
+    let dir = tempfile::tempdir().unwrap();
+    let training: Vec<Value> = lines(&fixture("prompts/tool_use.jsonl"))
+        .into_iter()
+        .filter(|l| l["messages"].as_array().unwrap().last().unwrap()["role"] == "assistant")
+        .collect();
+    assert!(training.len() > 50);
+    let input = dir.path().join("train.jsonl");
+    write_lines(&input, &training);
+    // transformers' renderings of the whole conversations: what the tokens
+    // must be of.
+    let golden: HashMap<String, String> = lines(&fixture("prompts/tool_use_rendered.jsonl"))
+        .into_iter()
+        .filter(|r| r["template"] == QWEN3)
+        .filter_map(|r| {
+            Some((
+                r["id"].as_str()?.to_string(),
+                r["expected"].as_str()?.to_string(),
+            ))
+        })
+        .collect();
+    let prefix = dir.path().join("tok");
+    let spec = json!({"input": input, "tokenizer": fixture("smollm2"), "output_prefix": prefix,
+        "chat_template": fixture(&format!("chat_templates/{QWEN3}")),
+        "mode": "conversation", "train_on": "all", "formats": ["parquet"], "threads": 2});
+    let task = run_phase(&mut c, "tok", "tokenization", &spec).await;
+    assert_eq!(task.status, "completed", "{}", task.error);
+    let rows = read_parquet(&PathBuf::from(format!("{}.parquet", prefix.display())));
+    assert_eq!(rows.len(), training.len());
+    assert_eq!(result(&task)["records"], training.len() as u64);
+    let tokenizer = smollm2();
+    let (mut with_calls, mut trained_total) = (0, 0);
+    for ((id, input_ids, _, labels), conversation) in rows.iter().zip(&training) {
+        assert_eq!(id, conversation["id"].as_str().unwrap());
+        let full = &golden[id];
+        let ids: Vec<i32> = tokenizer
+            .encode(full, false)
+            .unwrap()
+            .ids
+            .iter()
+            .map(|&i| i as i32)
+            .collect();
+        assert_eq!(
+            input_ids, &ids,
+            "{id}: the tokens of transformers' rendering"
+        );
+        // Every assistant turn is trained on (train_on all), from after its
+        // header to its end; every tool result and user or system turn is
+        // not.
+        let header = "<|im_start|>";
+        let starts: Vec<usize> = full.match_indices(header).map(|(at, _)| at).collect();
+        let assistant: Vec<(usize, usize)> = starts
+            .iter()
+            .enumerate()
+            .filter(|(_, &at)| full[at + header.len()..].starts_with("assistant\n"))
+            .map(|(k, &at)| {
+                let end = starts.get(k + 1).copied().unwrap_or(full.len());
+                (at + header.len() + "assistant\n".len(), end)
+            })
+            .collect();
+        let ranges = trained_ranges(&*tokenizer, full, labels);
+        for &(s, _) in &ranges {
+            assert!(
+                assistant.iter().any(|&(a, b)| s >= a && s < b),
+                "{id}: a trained token at {s} outside the assistant turns: {:?}",
+                &full[s..]
+            );
+        }
+        let trained = text_of(full, &ranges);
+        let turns: Vec<&Value> = conversation["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|m| m["role"] == "assistant")
+            .collect();
+        assert_eq!(
+            trained.matches("<|im_end|>").count(),
+            turns.len(),
+            "{id}: {trained:?}"
+        );
+        let names: Vec<String> = turns.iter().flat_map(|t| call_names(t)).collect();
+        assert_eq!(
+            trained.matches("<tool_call>").count(),
+            names.len(),
+            "{id}: {trained:?}"
+        );
+        for name in &names {
+            assert!(
+                trained.contains(&format!("\"name\": \"{name}\"")),
+                "{id}: {name} in {trained:?}"
+            );
+        }
+        assert!(
+            !trained.contains("<tool_response>"),
+            "{id}: a tool result trained on"
+        );
+        with_calls += usize::from(!names.is_empty());
+        trained_total += labels.iter().filter(|&&l| l != -100).count();
+    }
+    assert!(with_calls > 0, "some conversations end with a tool call");
+    assert_eq!(result(&task)["trained_tokens"], trained_total as u64);
+}
+
+/// Renders `messages` (+ `tools`) with the fixture template as the
+/// tokenization must: normalised as vLLM hands them to a text template.
+fn render_qwen3(messages: &Value, tools: Option<&Value>) -> String {
+    let source = std::fs::read_to_string(fixture(&format!("chat_templates/{QWEN3}"))).unwrap();
+    let template = ChatTemplate::from_source(&source).unwrap();
+    let normalised = todod::messages::for_template(
+        messages.as_array().unwrap(),
+        todod::messages::ToolArguments::Object,
+    );
+    template
+        .render(&RenderInput {
+            messages: &normalised,
+            tools,
+            documents: None,
+            add_generation_prompt: false,
+            variables: &serde_json::Map::new(),
+            now: Clock::at_unix(0),
+        })
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agentic_set_goes_through_adaptation_generation_and_tokenization_intact() {
+    let mock = MockOpenAi::start(Settings::default()).await;
+    let daemon = TestDaemon::start().await;
+    let mut c = daemon.client().await;
+    let dir = tempfile::tempdir().unwrap();
+    // The whole set: the adaptation drops the trailing assistant turns of
+    // the training conversations, so every line becomes a prompt.
+    let prompts = dir.path().join("prompts.jsonl");
+    let adapted = run_phase(
+        &mut c,
+        "adapt",
+        "prompt_adaptation",
+        &json!({"input": fixture("prompts/tool_use.jsonl"), "output": prompts,
+                "system_prompt": {"policy": "keep"}, "threads": 2}),
+    )
+    .await;
+    assert_eq!(adapted.status, "completed", "{}", adapted.error);
+    let set = lines(&prompts);
+    assert_eq!(set.len(), 200);
+    let generated = run_phase(
+        &mut c,
+        "gen",
+        "generation",
+        &generation_spec(dir.path(), &mock.url, true),
+    )
+    .await;
+    assert_eq!(generated.status, "completed", "{}", generated.error);
+    let records = lines(&dir.path().join("out.jsonl"));
+    let counts = check_records(&records, &set);
+    assert_eq!(
+        counts.1, 200,
+        "every prompt offers tools: every answer is a call"
+    );
+    let prefix = dir.path().join("tok");
+    let tokenized = run_phase(
+        &mut c,
+        "tok",
+        "tokenization",
+        &json!({"input": dir.path().join("out.jsonl"), "tokenizer": fixture("smollm2"),
+                "output_prefix": prefix, "chat_template": fixture(&format!("chat_templates/{QWEN3}")),
+                "mode": "conversation", "formats": ["parquet"], "threads": 2}),
+    )
+    .await;
+    assert_eq!(tokenized.status, "completed", "{}", tokenized.error);
+    assert_eq!(result(&tokenized)["records"], 200);
+    let rows = read_parquet(&PathBuf::from(format!("{}.parquet", prefix.display())));
+    let by_id: HashMap<&str, &Value> = records
+        .iter()
+        .map(|r| (r["id"].as_str().unwrap(), r))
+        .collect();
+    let tokenizer = smollm2();
+    for (id, input_ids, _, labels) in &rows {
+        let record = by_id[id.as_str()];
+        // The answer is an assistant turn with the calls the model made.
+        let mut messages = record["messages"].as_array().unwrap().clone();
+        messages
+            .push(json!({"role": "assistant", "content": "", "tool_calls": record["tool_calls"]}));
+        let full = render_qwen3(&Value::Array(messages.clone()), record.get("tools"));
+        assert!(
+            full.contains("<tools>"),
+            "{id}: the tools reach the template"
+        );
+        let ids: Vec<i32> = tokenizer
+            .encode(&full, false)
+            .unwrap()
+            .ids
+            .iter()
+            .map(|&i| i as i32)
+            .collect();
+        assert_eq!(input_ids, &ids, "{id}");
+        let trained = text_of(&full, &trained_ranges(&*tokenizer, &full, labels));
+        let names = call_names(messages.last().unwrap());
+        assert_eq!(
+            trained.matches("<tool_call>").count(),
+            names.len(),
+            "{id}: {trained:?}"
+        );
+        for call in record["tool_calls"].as_array().unwrap() {
+            // Qwen3 prints the parsed arguments with tojson.
+            let args: Value =
+                serde_json::from_str(call["function"]["arguments"].as_str().unwrap()).unwrap();
+            assert!(trained.contains(&format!(
+                "\"name\": \"{}\"",
+                call["function"]["name"].as_str().unwrap()
+            )));
+            assert!(
+                trained.contains(&args["query"].to_string()),
+                "{id}: {trained:?}"
+            );
+        }
+        assert!(!trained.contains("<tool_response>"), "{id}");
+    }
 }

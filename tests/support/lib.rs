@@ -26,6 +26,7 @@ pub mod gen;
 mod kill;
 pub mod megatron;
 pub mod mock_openai;
+pub mod parquet_rows;
 pub mod rng;
 
 /// A client of the daemon, with the bearer token when the daemon wants one.

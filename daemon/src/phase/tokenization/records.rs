@@ -5,11 +5,16 @@
 //! up to and including it adds to rendering it up to the turn's generation
 //! prompt (so the span holds the answer and its end-of-turn tokens, not the
 //! `<|im_start|>assistant` header), and a token is trained on when it starts
-//! inside such a span.
+//! inside such a span. Where a template renders a turn differently once it
+//! is no longer the last (Qwen3's empty think block), the turn is found in
+//! the whole rendering against a sentinel instead (`span_in_place`). Tool
+//! calls are part of their assistant turn's span; tool results, system and
+//! user turns never are.
 use serde_json::{json, Map, Value};
 
 use super::spec::{Mode, Reasoning, TokenizationSpec, TrainOn};
 use crate::chat_template::{ChatTemplate, RenderInput};
+use crate::messages::{self, Request};
 use crate::tokenizer::Tokenizer;
 
 /// A usable input line.
@@ -24,8 +29,9 @@ pub struct Record {
 #[derive(Debug, Clone)]
 pub enum Body {
     Text(String),
-    /// Messages in the chat API's shape, the answer to train on included.
-    Conversation(Vec<Value>),
+    /// Messages in the chat API's shape, the answer to train on included,
+    /// and the tools (and documents) the conversation had.
+    Conversation(Vec<Value>, Request),
 }
 
 /// A tokenized record, or why it was set aside.
@@ -66,25 +72,34 @@ pub fn parse(bytes: &[u8], number: u64, spec: &TokenizationSpec) -> Result<Recor
     };
     let length_finish = text_of(object.get("finish_reason")) == Some("length");
     let messages = |key: &str| -> Result<Vec<Value>, String> {
-        match object.get(key) {
-            Some(Value::Array(m)) if !m.is_empty() => {
-                for (i, message) in m.iter().enumerate() {
-                    if !message.get("role").is_some_and(Value::is_string) {
-                        return Err(format!("{key}[{i}].role: expected a string"));
-                    }
-                }
-                Ok(m.clone())
-            }
-            _ => Err(format!("{key}: expected a non-empty array of messages")),
-        }
+        let value = object.get(key).unwrap_or(&Value::Null);
+        messages::check_messages(value, key, spec.tool_arguments)?;
+        Ok(value.as_array().cloned().unwrap_or_default())
     };
+    let request = Request::read(&object, "")?;
     let body = if let Some(content) = object.get("content") {
-        // A generation's record: its prompt, and the answer it got.
+        // A generation's record: its prompt, and the answer it got (text,
+        // tool calls, or both).
         let content = content
             .as_str()
             .ok_or("content: expected a string")?
             .to_string();
+        let calls = match object.get("tool_calls") {
+            None | Some(Value::Null) => None,
+            Some(calls) => {
+                let answer = json!([{"role": "assistant", "tool_calls": calls}]);
+                messages::check_messages(&answer, "answer", spec.tool_arguments)
+                    .map_err(|e| e.replacen("answer[0].", "", 1))?;
+                Some(calls.clone())
+            }
+        };
         match spec.mode {
+            Mode::Completion if calls.is_some() => {
+                return Err(
+                    "tool_calls: a tool-call answer has no text to train on in mode completion;                      tokenize it in mode conversation"
+                        .into(),
+                )
+            }
             Mode::Completion => Body::Text(content),
             Mode::Conversation => {
                 let mut turns = if object.contains_key("messages") {
@@ -106,23 +121,37 @@ pub fn parse(bytes: &[u8], number: u64, spec: &TokenizationSpec) -> Result<Recor
                         answer.insert("reasoning_content".into(), json!(r));
                     }
                 }
+                if let Some(calls) = calls {
+                    answer.insert("tool_calls".into(), calls);
+                }
                 turns.push(Value::Object(answer));
-                Body::Conversation(turns)
+                Body::Conversation(turns, request)
             }
         }
     } else if object.contains_key("messages") {
-        let turns = messages("messages")?;
+        let mut turns = messages("messages")?;
+        if spec.reasoning == Reasoning::Drop {
+            for turn in &mut turns {
+                if let Some(turn) = turn.as_object_mut() {
+                    turn.remove("reasoning_content");
+                    turn.remove("reasoning");
+                }
+            }
+        }
         match spec.mode {
-            Mode::Conversation => Body::Conversation(turns),
-            Mode::Completion => Body::Text(
-                turns
+            Mode::Conversation => Body::Conversation(turns, request),
+            Mode::Completion => {
+                let last = turns
                     .iter()
                     .rev()
                     .find(|m| m["role"] == "assistant")
-                    .and_then(|m| m["content"].as_str())
-                    .ok_or("messages: no assistant message to take the completion from")?
-                    .to_string(),
-            ),
+                    .ok_or("messages: no assistant message to take the completion from")?;
+                if messages::has_tool_calls(last) {
+                    return Err("messages: the last assistant turn is a tool call, with no text                                 to train on in mode completion; use mode conversation"
+                        .into());
+                }
+                Body::Text(messages::text(last.get("content")))
+            }
         }
     } else if let (Some(prompt), Some(completion)) = (
         text_of(object.get("prompt")),
@@ -130,10 +159,13 @@ pub fn parse(bytes: &[u8], number: u64, spec: &TokenizationSpec) -> Result<Recor
     ) {
         match spec.mode {
             Mode::Completion => Body::Text(completion.to_string()),
-            Mode::Conversation => Body::Conversation(vec![
-                json!({"role": "user", "content": prompt}),
-                json!({"role": "assistant", "content": completion}),
-            ]),
+            Mode::Conversation => Body::Conversation(
+                vec![
+                    json!({"role": "user", "content": prompt}),
+                    json!({"role": "assistant", "content": completion}),
+                ],
+                request,
+            ),
         }
     } else if let Some(text) = text_of(object.get("text")) {
         match spec.mode {
@@ -165,17 +197,22 @@ pub struct Tokenizing {
 }
 
 impl Tokenizing {
-    fn render(&self, messages: &[Value], add_generation_prompt: bool) -> Result<String, String> {
+    fn render(
+        &self,
+        messages: &[Value],
+        request: &Request,
+        add_generation_prompt: bool,
+    ) -> Result<String, String> {
         let template = self
             .template
             .as_ref()
             .expect("conversation mode has a template");
-        let messages = Value::Array(messages.to_vec());
+        let messages = messages::for_template(messages, self.spec.tool_arguments);
         template
             .render(&RenderInput {
                 messages: &messages,
-                tools: None,
-                documents: None,
+                tools: request.tools.as_ref(),
+                documents: request.documents.as_ref(),
                 add_generation_prompt,
                 variables: &self.variables,
                 now: self.now,
@@ -184,7 +221,12 @@ impl Tokenizing {
     }
 
     /// The byte spans of `full` that are the trained assistant turns.
-    fn spans(&self, turns: &[Value], full: &str) -> Result<Vec<(usize, usize)>, String> {
+    fn spans(
+        &self,
+        turns: &[Value],
+        request: &Request,
+        full: &str,
+    ) -> Result<Vec<(usize, usize)>, String> {
         let assistant: Vec<usize> = turns
             .iter()
             .enumerate()
@@ -198,13 +240,20 @@ impl Tokenizing {
         };
         let mut spans = Vec::with_capacity(trained.len());
         for i in trained {
-            let prefix = self.render(&turns[..i], true)?;
+            let prefix = self.render(&turns[..i], request, true)?;
             let upto = if i + 1 == turns.len() {
                 full.to_string()
             } else {
-                self.render(&turns[..=i], false)?
+                self.render(&turns[..=i], request, false)?
             };
             if !upto.starts_with(&prefix) || !full.starts_with(&upto) {
+                // Templates that render the last turn apart (Qwen3 gives
+                // the last assistant turn an empty think block) are told
+                // apart in the whole rendering instead.
+                if let Some(span) = self.span_in_place(turns, request, full, i) {
+                    spans.push(span);
+                    continue;
+                }
                 return Err(format!(
                     "the chat template renders the conversation before turn {i} differently \
                      once that turn is added, so the turn's tokens cannot be told apart{}",
@@ -220,6 +269,43 @@ impl Tokenizing {
         Ok(spans)
     }
 
+    /// The span of assistant turn `i` found in the whole rendering: the
+    /// turn is replaced by a bare sentinel turn and rendered again; when
+    /// the only difference between the two renderings is the turn's body
+    /// against the sentinel, that body is the turn's text, and it is
+    /// followed by the template's end of turn (what it writes after a last
+    /// assistant turn's text), which is trained on too.
+    fn span_in_place(
+        &self,
+        turns: &[Value],
+        request: &Request,
+        full: &str,
+        i: usize,
+    ) -> Option<(usize, usize)> {
+        const SENTINEL: &str = "\u{1}todod-turn\u{1}";
+        let bare = json!({"role": "assistant", "content": SENTINEL});
+        let mut replaced = turns.to_vec();
+        replaced[i] = bare.clone();
+        let other = self.render(&replaced, request, false).ok()?;
+        let start = common_prefix(full.as_bytes(), other.as_bytes());
+        let suffix = common_prefix(
+            full[start..].as_bytes().iter().rev(),
+            other[start..].as_bytes().iter().rev(),
+        );
+        let (end, other_end) = (full.len() - suffix, other.len() - suffix);
+        if start > end || other.get(start..other_end) != Some(SENTINEL) {
+            return None;
+        }
+        let mut last = turns[..i].to_vec();
+        last.push(bare);
+        let alone = self.render(&last, request, false).ok()?;
+        let end_of_turn = &alone[alone.rfind(SENTINEL)? + SENTINEL.len()..];
+        if !full.is_char_boundary(start) || !full[end..].starts_with(end_of_turn) {
+            return None;
+        }
+        Some((start, end + end_of_turn.len()))
+    }
+
     /// Tokenizes one record.
     pub fn tokenize(&self, record: Record) -> Outcome {
         let id = record.id;
@@ -231,9 +317,11 @@ impl Tokenizing {
         }
         let empty = match &record.body {
             Body::Text(t) => t.trim().is_empty(),
-            Body::Conversation(turns) => turns.last().is_some_and(|m| {
+            // A tool-call answer with no text is an answer.
+            Body::Conversation(turns, _) => turns.last().is_some_and(|m| {
                 m["role"] == "assistant"
-                    && m["content"].as_str().is_some_and(|c| c.trim().is_empty())
+                    && messages::text(m.get("content")).trim().is_empty()
+                    && !messages::has_tool_calls(m)
             }),
         };
         if empty && self.spec.drop_empty {
@@ -255,12 +343,12 @@ impl Tokenizing {
                     }
                 }
             },
-            Body::Conversation(turns) => {
-                let full = match self.render(turns, false) {
+            Body::Conversation(turns, request) => {
+                let full = match self.render(turns, request, false) {
                     Ok(full) => full,
                     Err(reason) => return Outcome::Refused { id, reason },
                 };
-                let spans = match self.spans(turns, &full) {
+                let spans = match self.spans(turns, request, &full) {
                     Ok(spans) => spans,
                     Err(reason) => return Outcome::Refused { id, reason },
                 };
@@ -298,6 +386,14 @@ impl Tokenizing {
             straddling,
         }
     }
+}
+
+/// How many leading items two sequences share.
+fn common_prefix<T: PartialEq>(
+    a: impl IntoIterator<Item = T>,
+    b: impl IntoIterator<Item = T>,
+) -> usize {
+    a.into_iter().zip(b).take_while(|(x, y)| x == y).count()
 }
 
 /// The loss mask of tokens at byte `offsets` against trained `spans`, and how

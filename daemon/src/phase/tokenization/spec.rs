@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::domain::Error;
+use crate::messages::ToolArguments;
 use crate::phase::spec::{self as check, Boundaries};
 use crate::store::Claim;
 
@@ -25,6 +26,7 @@ pub const OUTPUT_FIELDS: &[&str] = &[
     "drop_empty",
     "max_length",
     "drop_over_length",
+    "tool_arguments",
 ];
 
 /// What a record is tokenized as.
@@ -92,6 +94,8 @@ struct Raw {
     #[serde(default)]
     drop_over_length: Option<bool>,
     #[serde(default)]
+    tool_arguments: Option<ToolArguments>,
+    #[serde(default)]
     threads: Option<i64>,
     #[serde(default)]
     overwrite: Option<bool>,
@@ -121,6 +125,8 @@ pub struct TokenizationSpec {
     pub drop_empty: bool,
     pub max_length: Option<usize>,
     pub drop_over_length: bool,
+    /// How tool-call arguments reach the template.
+    pub tool_arguments: ToolArguments,
     pub threads: usize,
     pub overwrite: bool,
     pub max_rejected_share: f64,
@@ -258,6 +264,7 @@ fn typed(raw: Raw) -> Result<TokenizationSpec, Error> {
             .transpose()?
             .map(|n| n as usize),
         drop_over_length: raw.drop_over_length.unwrap_or(true),
+        tool_arguments: raw.tool_arguments.unwrap_or_default(),
         threads,
         overwrite: raw.overwrite.unwrap_or(false),
         max_rejected_share: check::share(
