@@ -31,7 +31,7 @@ pub enum Body {
     Text(String),
     /// Messages in the chat API's shape, the answer to train on included,
     /// and the tools (and documents) the conversation had.
-    Conversation(Vec<Value>, Request),
+    Conversation(Vec<Value>, Box<Request>),
 }
 
 /// A tokenized record, or why it was set aside.
@@ -125,7 +125,7 @@ pub fn parse(bytes: &[u8], number: u64, spec: &TokenizationSpec) -> Result<Recor
                     answer.insert("tool_calls".into(), calls);
                 }
                 turns.push(Value::Object(answer));
-                Body::Conversation(turns, request)
+                Body::Conversation(turns, Box::new(request))
             }
         }
     } else if object.contains_key("messages") {
@@ -139,7 +139,7 @@ pub fn parse(bytes: &[u8], number: u64, spec: &TokenizationSpec) -> Result<Recor
             }
         }
         match spec.mode {
-            Mode::Conversation => Body::Conversation(turns, request),
+            Mode::Conversation => Body::Conversation(turns, Box::new(request)),
             Mode::Completion => {
                 let last = turns
                     .iter()
@@ -164,7 +164,7 @@ pub fn parse(bytes: &[u8], number: u64, spec: &TokenizationSpec) -> Result<Recor
                     json!({"role": "user", "content": prompt}),
                     json!({"role": "assistant", "content": completion}),
                 ],
-                request,
+                Box::new(request),
             ),
         }
     } else if let Some(text) = text_of(object.get("text")) {
@@ -289,8 +289,8 @@ impl Tokenizing {
         let other = self.render(&replaced, request, false).ok()?;
         let start = common_prefix(full.as_bytes(), other.as_bytes());
         let suffix = common_prefix(
-            full[start..].as_bytes().iter().rev(),
-            other[start..].as_bytes().iter().rev(),
+            full.as_bytes()[start..].iter().rev(),
+            other.as_bytes()[start..].iter().rev(),
         );
         let (end, other_end) = (full.len() - suffix, other.len() - suffix);
         if start > end || other.get(start..other_end) != Some(SENTINEL) {
