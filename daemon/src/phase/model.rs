@@ -8,6 +8,65 @@ use serde_json::{json, Map, Value};
 
 use crate::chat_template::ChatTemplate;
 
+/// The chat templates a phase renders with: the one asked for, and the
+/// model's `tool_use` template, which transformers picks instead for a
+/// conversation with tools when no template name was asked for and the
+/// model ships named templates (Hermes, some Mistral and Cohere models).
+pub struct Templates {
+    pub default: ChatTemplate,
+    pub tool_use: Option<ChatTemplate>,
+}
+
+impl Templates {
+    /// The template for a conversation with (`true`) or without tools.
+    pub fn pick(&self, has_tools: bool) -> &ChatTemplate {
+        match (&self.tool_use, has_tools) {
+            (Some(tool_use), true) => tool_use,
+            _ => &self.default,
+        }
+    }
+
+    /// What a pass holds its output to: the template's sha256, and the
+    /// `tool_use` one's after it when there is one.
+    pub fn identity(&self) -> String {
+        match &self.tool_use {
+            None => self.default.sha256().to_string(),
+            Some(t) => format!("{} tool_use:{}", self.default.sha256(), t.sha256()),
+        }
+    }
+}
+
+/// [`template`], with the model's `tool_use` template beside it when it
+/// has one and neither a file nor a name was asked for.
+pub fn templates(
+    dir: Option<&Path>,
+    file: Option<&Path>,
+    name: Option<&str>,
+) -> Result<Templates, String> {
+    let default = template(dir, file, name)?;
+    let tool_use = match (dir, file, name) {
+        (Some(dir), None, None) if !dir.join("chat_template.jinja").is_file() => {
+            match config(dir)? {
+                Some(config) => {
+                    match ChatTemplate::from_tokenizer_config(&config, Some("tool_use")) {
+                        Ok((t, _)) => Some(t),
+                        Err(crate::chat_template::TemplateError::NotFound { .. }) => None,
+                        Err(e) => {
+                            return Err(format!(
+                                "{} (its tool_use template): {e}",
+                                dir.join("tokenizer_config.json").display()
+                            ))
+                        }
+                    }
+                }
+                None => None,
+            }
+        }
+        _ => None,
+    };
+    Ok(Templates { default, tool_use })
+}
+
 /// `tokenizer_config.json` of a model directory, if it has one.
 pub fn config(dir: &Path) -> Result<Option<Value>, String> {
     let path = dir.join("tokenizer_config.json");
@@ -81,4 +140,31 @@ pub fn template(
     ChatTemplate::from_tokenizer_config(&config, name)
         .map(|(template, _)| template)
         .map_err(|e| format!("{}: {e}", dir.join("tokenizer_config.json").display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_conversation_with_tools_gets_the_models_tool_use_template() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = json!({"chat_template": [
+            {"name": "default", "template": "plain"},
+            {"name": "tool_use", "template": "tools"},
+        ]});
+        std::fs::write(dir.path().join("tokenizer_config.json"), config.to_string()).unwrap();
+        let render = |t: &ChatTemplate| {
+            t.render_plain(&[("user", "q")], false, &Map::new(), Default::default())
+                .unwrap()
+        };
+        let both = templates(Some(dir.path()), None, None).unwrap();
+        assert_eq!(render(both.pick(false)), "plain");
+        assert_eq!(render(both.pick(true)), "tools");
+        assert!(both.identity().contains(" tool_use:"));
+        // A name asked for is the one used, tools or not.
+        let named = templates(Some(dir.path()), None, Some("default")).unwrap();
+        assert_eq!(render(named.pick(true)), "plain");
+        assert_eq!(named.identity(), named.default.sha256());
+    }
 }

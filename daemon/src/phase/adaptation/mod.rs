@@ -19,9 +19,10 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
-use crate::chat_template::{ChatTemplate, Clock, RenderInput};
+use crate::chat_template::{Clock, RenderInput};
 use crate::messages::{self, Request};
 use crate::phase::cursor::Line;
+use crate::phase::model::Templates;
 use crate::phase::pipeline::{self, Files, RecordPhase};
 use crate::phase::state::{InputState, PassCounts, PhaseState};
 use crate::phase::{cpu_pass, Ended, RunContext};
@@ -111,7 +112,7 @@ struct Setup {
 struct Adaptation {
     spec: AdaptationSpec,
     reading: Reading,
-    template: Option<ChatTemplate>,
+    template: Option<Templates>,
     variables: Map<String, Value>,
     now: Clock,
     tokenizer: Option<Arc<dyn Tokenizer>>,
@@ -177,7 +178,11 @@ impl Adaptation {
         request: &Request,
         add_generation_prompt: bool,
     ) -> Result<String, String> {
-        let template = self.template.as_ref().expect("checked by the caller");
+        let template = self
+            .template
+            .as_ref()
+            .expect("checked by the caller")
+            .pick(request.tools.is_some());
         let refused = |e| format!("the target's chat template refuses it: {e}");
         if request.tools.is_none() && request.documents.is_none() {
             if let Some(plain) = plain_turns(messages) {
@@ -474,7 +479,7 @@ fn prepare(spec: &AdaptationSpec, now: i64) -> Result<Adaptation, String> {
         None => None,
     };
     let template = if spec.target.is_some() || spec.chat_template.is_some() {
-        Some(crate::phase::model::template(
+        Some(crate::phase::model::templates(
             spec.target.as_deref(),
             spec.chat_template.as_deref(),
             spec.template_name.as_deref(),
@@ -602,7 +607,7 @@ async fn run_inner(run: &RunContext, spec: AdaptationSpec) -> Result<Ended, Stri
     let phase = tokio::task::spawn_blocking(move || prepare(&spec2, now))
         .await
         .map_err(|e| format!("loading the target model failed: {e}"))??;
-    let template = phase.template.as_ref().map(|t| t.sha256().to_string());
+    let template = phase.template.as_ref().map(Templates::identity);
     if state.input.is_none() {
         setup.template = template.clone();
         state.setup = json!(setup);

@@ -186,13 +186,15 @@ fn prepare(
     let config = crate::phase::model::config(&spec.tokenizer)?;
     let template = match spec.mode {
         spec::Mode::Completion => None,
-        spec::Mode::Conversation => Some(crate::phase::model::template(
+        spec::Mode::Conversation => Some(crate::phase::model::templates(
             Some(&spec.tokenizer),
             spec.chat_template.as_deref(),
             spec.template_name.as_deref(),
         )?),
     };
-    let template_hash = template.as_ref().map(|t| t.sha256().to_string());
+    let template_hash = template
+        .as_ref()
+        .map(crate::phase::model::Templates::identity);
     Ok((
         Tokenizing {
             eos: loaded.eos_id,

@@ -13,8 +13,9 @@
 use serde_json::{json, Map, Value};
 
 use super::spec::{Mode, Reasoning, TokenizationSpec, TrainOn};
-use crate::chat_template::{ChatTemplate, RenderInput};
+use crate::chat_template::RenderInput;
 use crate::messages::{self, Request};
+use crate::phase::model::Templates;
 use crate::tokenizer::Tokenizer;
 
 /// A usable input line.
@@ -189,7 +190,7 @@ pub fn parse(bytes: &[u8], number: u64, spec: &TokenizationSpec) -> Result<Recor
 /// What tokenizing needs, shared by the worker threads.
 pub struct Tokenizing {
     pub tokenizer: std::sync::Arc<dyn Tokenizer>,
-    pub template: Option<ChatTemplate>,
+    pub template: Option<Templates>,
     pub variables: Map<String, Value>,
     pub now: crate::chat_template::Clock,
     pub eos: Option<u32>,
@@ -206,7 +207,8 @@ impl Tokenizing {
         let template = self
             .template
             .as_ref()
-            .expect("conversation mode has a template");
+            .expect("conversation mode has a template")
+            .pick(request.tools.is_some());
         let messages = messages::for_template(messages, self.spec.tool_arguments);
         template
             .render(&RenderInput {
