@@ -183,7 +183,7 @@ async fn bad_inputs_get_the_right_code_and_leave_the_store_unchanged() {
         ("too many items", write((0..10_001).map(|i| item("", &i.to_string(), "", "")).collect()), Code::InvalidArgument, "todos"),
         ("oversized message", write(vec![item("", &"x".repeat(5 * 1024 * 1024), "", "")]), Code::OutOfRange, "the limit is: 4194304 bytes"),
         ("negative revision", Call::Write(proto::WriteTodosRequest { expected_revision: -1, ..write_request("p", full()) }), Code::InvalidArgument, "expected_revision"),
-        ("plan exists", Call::CreatePlan(proto::CreatePlanRequest { name: "p".into(), title: String::new() }), Code::AlreadyExists, "plan p"),
+        ("plan exists", Call::CreatePlan(proto::CreatePlanRequest { name: "p".into(), title: String::new(), ..Default::default() }), Code::AlreadyExists, "plan p"),
         ("phase without spec", Call::CreateTask(proto::CreateTaskRequest { plan: "p".into(), content: "gen".into(), kind: "generation".into(), ..Default::default() }), Code::InvalidArgument, "spec_json"),
         ("spec not JSON", Call::CreateTask(proto::CreateTaskRequest { plan: "p".into(), content: "gen".into(), kind: "generation".into(), spec_json: "{prompts:".into(), ..Default::default() }), Code::InvalidArgument, "spec_json"),
         ("generation spec without endpoints", Call::CreateTask(proto::CreateTaskRequest { plan: "p".into(), content: "gen".into(), kind: "generation".into(), spec_json: r#"{"prompts": "/p", "output": "/o", "model": "m", "endpoints": []}"#.into(), ..Default::default() }), Code::InvalidArgument, "spec.endpoints: at least one"),

@@ -70,6 +70,7 @@ async fn graph_writer(target: Target, plan: String, first_ack: Started) -> Vec<E
     let create = proto::CreatePlanRequest {
         name: plan.clone(),
         title: "crash".into(),
+        ..Default::default()
     };
     if c.create_plan(create).await.is_err() {
         return acked;

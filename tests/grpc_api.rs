@@ -113,6 +113,7 @@ async fn phase_tasks_are_never_archived_by_an_agent_list() {
     c.create_plan(proto::CreatePlanRequest {
         name: "run".into(),
         title: "100k completions".into(),
+        ..Default::default()
     })
     .await
     .unwrap();

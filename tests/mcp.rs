@@ -5,22 +5,7 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-use todod_e2e::{binary, proto, TestDaemon};
-
-/// The venv's python; made by `scripts/mcp-client` when missing.
-fn mcp_python() -> PathBuf {
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scripts/mcp-client");
-    let out = Command::new(&script)
-        .arg("python")
-        .output()
-        .expect("run scripts/mcp-client (needs bash and python3)");
-    assert!(
-        out.status.success(),
-        "MCP CLIENT MISSING: scripts/mcp-client could not install PyPI's mcp package:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
-}
+use todod_e2e::{binary, mcp_python, proto, TestDaemon};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn agents_keep_their_lists_in_todod_through_mcp() {

@@ -210,6 +210,35 @@ fn tune(endpoint: Endpoint) -> Endpoint {
         .tcp_nodelay(true)
 }
 
+/// Sends a mutating call, `req` given a fresh request id by `set_id`; when
+/// its answer is lost on the way back (the connection broke), the same
+/// request, with the same id, goes once more over `reconnect`'s client. The
+/// daemon answers a retry of an id it has seen with the first answer and
+/// changes nothing, so the retry is safe whether or not the first call
+/// landed.
+pub async fn send_once<Req, Resp, E, Fut, Dial>(
+    first: Client,
+    reconnect: impl FnOnce() -> Dial,
+    mut req: Req,
+    set_id: impl FnOnce(&mut Req, String),
+    call: impl Fn(Client, Req) -> Fut,
+) -> Result<Resp, E>
+where
+    Req: Clone,
+    E: From<tonic::Status>,
+    Fut: std::future::Future<Output = Result<tonic::Response<Resp>, tonic::Status>>,
+    Dial: std::future::Future<Output = Result<Client, E>>,
+{
+    set_id(&mut req, todod_proto::local::new_request_id());
+    match call(first, req.clone()).await {
+        Ok(answer) => Ok(answer.into_inner()),
+        Err(status) if todod_proto::local::answer_lost(&status) => {
+            Ok(call(reconnect().await?, req).await?.into_inner())
+        }
+        Err(status) => Err(status.into()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

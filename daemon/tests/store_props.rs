@@ -109,7 +109,7 @@ async fn run(ops: Vec<Op>) {
                 store
                     .write_todos("p", &items, &ctx)
                     .await
-                    .map(|w| ids.extend(w.created))
+                    .map(|w| ids.extend(w.fresh().expect("no request id").created))
             }
             Op::Create(c, deps) => {
                 let new = NewTask {
@@ -132,7 +132,10 @@ async fn run(ops: Vec<Op>) {
                     owner: None,
                     metadata: None,
                 };
-                store.create_task(&new, &ctx).await.map(|t| ids.push(t.id))
+                store
+                    .create_task(&new, &ctx)
+                    .await
+                    .map(|t| ids.push(t.fresh().expect("no request id").id))
             }
             Op::Move(t, s) => store.transition(pick(&ids, *t), *s, &ctx).await.map(drop),
             Op::Edge(a, b) => store

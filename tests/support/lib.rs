@@ -24,6 +24,7 @@ pub mod cli;
 pub mod fixtures;
 pub mod gen;
 mod kill;
+pub mod lossy_proxy;
 pub mod megatron;
 pub mod mock_openai;
 pub mod parquet_rows;
@@ -364,7 +365,7 @@ pub fn transition(id: &str, to: &str) -> proto::TransitionTaskRequest {
         id: id.into(),
         to: to.into(),
         reason: "test".into(),
-        expected_revision: 0,
+        ..Default::default()
     }
 }
 
@@ -381,8 +382,7 @@ pub fn write_request(plan: &str, todos: Vec<proto::TodoItem>) -> proto::WriteTod
     proto::WriteTodosRequest {
         plan: plan.to_string(),
         todos,
-        expected_revision: 0,
-        reason: String::new(),
+        ..Default::default()
     }
 }
 
@@ -667,6 +667,8 @@ pub async fn stored_phase_task(
         )
         .await
         .unwrap()
+        .fresh()
+        .unwrap()
         .id
 }
 
@@ -695,4 +697,19 @@ pub async fn abandoned_phase(
         "{attempt} did not get the lease of {task}"
     );
     task
+}
+
+/// The venv's python; made by `scripts/mcp-client` when missing.
+pub fn mcp_python() -> PathBuf {
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scripts/mcp-client");
+    let out = Command::new(&script)
+        .arg("python")
+        .output()
+        .expect("run scripts/mcp-client (needs bash and python3)");
+    assert!(
+        out.status.success(),
+        "MCP CLIENT MISSING: scripts/mcp-client could not install PyPI's mcp package:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
 }

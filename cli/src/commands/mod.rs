@@ -34,6 +34,29 @@ impl Ctx {
     pub async fn client(&self) -> Result<Client, CliError> {
         self.connector.connect().await
     }
+
+    /// Sends a mutating call with a fresh `request_id`, once more over a
+    /// new connection if its answer was lost (`client::send_once`).
+    pub async fn mutate<Req, Resp, Fut>(
+        &self,
+        req: Req,
+        set_id: impl FnOnce(&mut Req, String),
+        call: impl Fn(Client, Req) -> Fut,
+    ) -> Result<Resp>
+    where
+        Req: Clone,
+        Fut: std::future::Future<Output = Result<tonic::Response<Resp>, tonic::Status>>,
+    {
+        let first = self.client().await?;
+        crate::client::send_once(
+            first,
+            || async { self.client().await.map_err(anyhow::Error::from) },
+            req,
+            set_id,
+            call,
+        )
+        .await
+    }
 }
 
 /// Writes text to stdout; a closed pipe surfaces as an io error that `main`

@@ -40,14 +40,18 @@ pub async fn status(ctx: &Ctx, plan: Option<String>, limit: i32) -> Result<()> {
 }
 
 pub async fn create(ctx: &Ctx, name: String, title: Option<String>) -> Result<()> {
-    let mut client = ctx.client().await?;
-    let plan = client
-        .create_plan(CreatePlanRequest {
-            name,
-            title: title.unwrap_or_default(),
-        })
-        .await?
-        .into_inner();
+    let req = CreatePlanRequest {
+        name,
+        title: title.unwrap_or_default(),
+        ..Default::default()
+    };
+    let plan = ctx
+        .mutate(
+            req,
+            |r, id| r.request_id = id,
+            |mut c, r| async move { c.create_plan(r).await },
+        )
+        .await?;
     if ctx.json {
         emit_json(&json::plan(&plan))
     } else {
@@ -57,18 +61,24 @@ pub async fn create(ctx: &Ctx, name: String, title: Option<String>) -> Result<()
 
 /// `plan archive` / `plan restore`.
 pub async fn archive(ctx: &Ctx, name: String, reason: Option<String>, restore: bool) -> Result<()> {
-    let mut client = ctx.client().await?;
     let req = todod_proto::PlanChangeRequest {
         name,
         reason: reason.unwrap_or_default(),
         ..Default::default()
     };
-    let plan = if restore {
-        client.restore_plan(req).await?
-    } else {
-        client.archive_plan(req).await?
-    }
-    .into_inner();
+    let plan = ctx
+        .mutate(
+            req,
+            |r, id| r.request_id = id,
+            |mut c, r| async move {
+                if restore {
+                    c.restore_plan(r).await
+                } else {
+                    c.archive_plan(r).await
+                }
+            },
+        )
+        .await?;
     if ctx.json {
         return emit_json(&json::plan(&plan));
     }
@@ -180,21 +190,25 @@ pub async fn apply(
     let text = std::fs::read_to_string(file).map_err(|e| {
         crate::error::CliError::usage(format!("{}: cannot be read: {e}", file.display()))
     })?;
-    let mut client = ctx.client().await?;
-    let applied = client
-        .apply_pipeline(ApplyPipelineRequest {
-            plan: plan.unwrap_or_default(),
-            spec_toml: text,
-            dry_run,
-            expected_revision: 0,
-            reason: reason.unwrap_or_default(),
-            base_dir: std::fs::canonicalize(file)
-                .ok()
-                .and_then(|f| f.parent().map(|p| p.display().to_string()))
-                .unwrap_or_default(),
-        })
-        .await?
-        .into_inner();
+    let req = ApplyPipelineRequest {
+        plan: plan.unwrap_or_default(),
+        spec_toml: text,
+        dry_run,
+        expected_revision: 0,
+        reason: reason.unwrap_or_default(),
+        base_dir: std::fs::canonicalize(file)
+            .ok()
+            .and_then(|f| f.parent().map(|p| p.display().to_string()))
+            .unwrap_or_default(),
+        request_id: String::new(),
+    };
+    let applied = ctx
+        .mutate(
+            req,
+            |r, id| r.request_id = id,
+            |mut c, r| async move { c.apply_pipeline(r).await },
+        )
+        .await?;
     if ctx.json {
         let steps: Vec<_> = applied
             .steps

@@ -126,20 +126,24 @@ pub async fn edit(ctx: &Ctx, args: EditArgs) -> Result<()> {
         .into());
     }
     let spec = spec.as_deref().map(read_spec).transpose()?;
-    let mut client = ctx.client().await?;
-    let task = client
-        .update_task(todod_proto::UpdateTaskRequest {
-            id,
-            content,
-            priority,
-            spec_json: spec,
-            expected_revision: 0,
-            reason: reason.unwrap_or_default(),
-            owner,
-            metadata_patch_json: metadata,
-        })
-        .await?
-        .into_inner();
+    let req = todod_proto::UpdateTaskRequest {
+        id,
+        content,
+        priority,
+        spec_json: spec,
+        expected_revision: 0,
+        reason: reason.unwrap_or_default(),
+        owner,
+        metadata_patch_json: metadata,
+        request_id: String::new(),
+    };
+    let task = ctx
+        .mutate(
+            req,
+            |r, id| r.request_id = id,
+            |mut c, r| async move { c.update_task(r).await },
+        )
+        .await?;
     if ctx.json {
         return emit_json(&json::task(&task));
     }
@@ -158,18 +162,21 @@ pub async fn schedule(
     action: String,
     clear: bool,
 ) -> Result<()> {
-    let mut client = ctx.client().await?;
-    let task = client
-        .set_schedule(todod_proto::SetScheduleRequest {
-            task_id: id.to_string(),
-            cron: cron.unwrap_or_default(),
-            timezone,
-            action,
-            clear,
-            ..Default::default()
-        })
-        .await?
-        .into_inner();
+    let req = todod_proto::SetScheduleRequest {
+        task_id: id.to_string(),
+        cron: cron.unwrap_or_default(),
+        timezone,
+        action,
+        clear,
+        ..Default::default()
+    };
+    let task = ctx
+        .mutate(
+            req,
+            |r, id| r.request_id = id,
+            |mut c, r| async move { c.set_schedule(r).await },
+        )
+        .await?;
     if ctx.json {
         return emit_json(&json::task(&task));
     }
@@ -243,9 +250,15 @@ pub async fn add(ctx: &Ctx, args: AddArgs) -> Result<()> {
         reason: args.reason.unwrap_or_default(),
         owner: String::new(),
         metadata_json: String::new(),
+        request_id: String::new(),
     };
-    let mut client = ctx.client().await?;
-    let task = client.create_task(req).await?.into_inner();
+    let task = ctx
+        .mutate(
+            req,
+            |r, id| r.request_id = id,
+            |mut c, r| async move { c.create_task(r).await },
+        )
+        .await?;
     if ctx.json {
         emit_json(&json::task(&task))
     } else {
@@ -314,8 +327,16 @@ pub async fn transition(ctx: &Ctx, verb: Verb, args: TransitionArgs) -> Result<(
         to: verb.target().to_string(),
         reason: args.reason.unwrap_or_default(),
         expected_revision: 0,
+        request_id: String::new(),
     };
-    let task = client.transition_task(req).await?.into_inner();
+    drop(client);
+    let task = ctx
+        .mutate(
+            req,
+            |r, id| r.request_id = id,
+            |mut c, r| async move { c.transition_task(r).await },
+        )
+        .await?;
     if ctx.json {
         return emit_json(&json::task(&task));
     }
@@ -332,14 +353,22 @@ pub async fn dependency(ctx: &Ctx, add: bool, args: DepArgs) -> Result<()> {
         depends_on: args.depends_on,
         expected_revision: 0,
         reason: args.reason.unwrap_or_default(),
+        request_id: String::new(),
     };
-    let mut client = ctx.client().await?;
     let dep = req.depends_on.clone();
-    let task = if add {
-        client.add_dependency(req).await?.into_inner()
-    } else {
-        client.remove_dependency(req).await?.into_inner()
-    };
+    let task = ctx
+        .mutate(
+            req,
+            |r, id| r.request_id = id,
+            |mut c, r| async move {
+                if add {
+                    c.add_dependency(r).await
+                } else {
+                    c.remove_dependency(r).await
+                }
+            },
+        )
+        .await?;
     if ctx.json {
         return emit_json(&json::task(&task));
     }

@@ -33,9 +33,15 @@ pub async fn write(
         todos,
         expected_revision: expected_revision.unwrap_or(0),
         reason: reason.unwrap_or_default(),
+        request_id: String::new(),
     };
-    let mut client = ctx.client().await?;
-    let resp = client.write_todos(req).await?.into_inner();
+    let resp = ctx
+        .mutate(
+            req,
+            |r, id| r.request_id = id,
+            |mut c, r| async move { c.write_todos(r).await },
+        )
+        .await?;
     if ctx.json {
         emit_json(&json::write_response(&resp))
     } else {

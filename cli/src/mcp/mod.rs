@@ -227,18 +227,21 @@ impl TodoMcp {
         let args: shapes::TaskCreate = args!(raw);
         let result = async {
             let plan = self.ensure_plan(args.plan.as_deref()).await?;
-            let mut client = self.session.client().await?;
             let metadata = shapes::task_patch(&args.description, &args.active_form, &args.metadata);
-            let task = client
-                .create_task(CreateTaskRequest {
-                    plan: plan.clone(),
-                    content: args.subject.clone(),
-                    metadata_json: metadata.unwrap_or_default(),
-                    ..Default::default()
-                })
+            let task = self
+                .session
+                .mutate(
+                    CreateTaskRequest {
+                        plan: plan.clone(),
+                        content: args.subject.clone(),
+                        metadata_json: metadata.unwrap_or_default(),
+                        ..Default::default()
+                    },
+                    |r, id| r.request_id = id,
+                    |mut c, r| async move { c.create_task(r).await },
+                )
                 .await
-                .map_err(|s| rename(s, &[("content", "subject"), ("metadata_json", "metadata")]))?
-                .into_inner();
+                .map_err(|s| rename(s, &[("content", "subject"), ("metadata_json", "metadata")]))?;
             Ok(view::answer(
                 format!(
                     "Task {} created in plan {plan:?}: {}",

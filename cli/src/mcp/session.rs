@@ -18,7 +18,7 @@ use todod_proto::{
     WriteTodosRequest, WriteTodosResponse,
 };
 use tokio::sync::Mutex;
-use tonic::Code;
+use tonic::{Code, Status};
 
 use crate::client::{Client, Connector};
 
@@ -149,6 +149,34 @@ impl Session {
         Ok(client)
     }
 
+    /// Sends a mutating call with a fresh request id (one per call a tool
+    /// makes), and once more over a new connection if its answer was lost
+    /// (`client::send_once`): a lost answer never makes a second task.
+    pub async fn mutate<Req, Resp, Fut>(
+        &self,
+        req: Req,
+        set_id: impl FnOnce(&mut Req, String),
+        call: impl Fn(Client, Req) -> Fut,
+    ) -> Result<Resp, Status>
+    where
+        Req: Clone,
+        Fut: std::future::Future<Output = Result<tonic::Response<Resp>, Status>>,
+    {
+        let unreachable = |e: ToolError| Status::unavailable(e.0);
+        let first = self.client().await.map_err(unreachable)?;
+        crate::client::send_once(
+            first,
+            || async {
+                self.state.lock().await.client = None;
+                self.client().await.map_err(unreachable)
+            },
+            req,
+            set_id,
+            call,
+        )
+        .await
+    }
+
     /// The plan a tool works on: `explicit` if given, else the session's.
     pub async fn plan(&self, explicit: Option<&str>) -> ToolResult<String> {
         if let Some(name) = explicit.map(str::trim).filter(|n| !n.is_empty()) {
@@ -208,11 +236,16 @@ impl Session {
                         break;
                     }
                     Err(s) if s.code() == Code::NotFound => {
-                        let created = client
-                            .create_plan(CreatePlanRequest {
-                                name: name.clone(),
-                                title: title.clone(),
-                            })
+                        let created = self
+                            .mutate(
+                                CreatePlanRequest {
+                                    name: name.clone(),
+                                    title: title.clone(),
+                                    ..Default::default()
+                                },
+                                |r, id| r.request_id = id,
+                                |mut c, r| async move { c.create_plan(r).await },
+                            )
                             .await;
                         match created {
                             Ok(_) => return Ok(name),
@@ -243,12 +276,14 @@ impl Session {
     /// Creates `plan` (untitled) unless it exists.
     pub async fn ensure_plan(&self, plan: &str) -> ToolResult<()> {
         let created = self
-            .client()
-            .await?
-            .create_plan(CreatePlanRequest {
-                name: plan.to_string(),
-                title: String::new(),
-            })
+            .mutate(
+                CreatePlanRequest {
+                    name: plan.to_string(),
+                    ..Default::default()
+                },
+                |r, id| r.request_id = id,
+                |mut c, r| async move { c.create_plan(r).await },
+            )
             .await;
         match created {
             Ok(_) => Ok(()),
@@ -331,18 +366,21 @@ impl Session {
                 revision
             }
         };
-        let mut client = self.client().await?;
-        let written = client
-            .write_todos(WriteTodosRequest {
-                plan: plan.to_string(),
-                todos: items,
-                expected_revision: expected,
-                reason: reason.to_string(),
-            })
+        let written = self
+            .mutate(
+                WriteTodosRequest {
+                    plan: plan.to_string(),
+                    todos: items,
+                    expected_revision: expected,
+                    reason: reason.to_string(),
+                    ..Default::default()
+                },
+                |r, id| r.request_id = id,
+                |mut c, r| async move { c.write_todos(r).await },
+            )
             .await;
         match written {
             Ok(w) => {
-                let w = w.into_inner();
                 let mut state = self.state.lock().await;
                 state.refused.remove(plan);
                 if let Some(p) = &w.plan {

@@ -85,14 +85,18 @@ impl TodoMcp {
         };
         let metadata = shapes::task_patch(&args.description, &args.active_form, &args.metadata);
         if args.subject.is_some() || args.owner.is_some() || metadata.is_some() {
-            client
-                .update_task(UpdateTaskRequest {
-                    id: id.clone(),
-                    content: args.subject.clone(),
-                    owner: args.owner.clone(),
-                    metadata_patch_json: metadata,
-                    ..Default::default()
-                })
+            self.session
+                .mutate(
+                    UpdateTaskRequest {
+                        id: id.clone(),
+                        content: args.subject.clone(),
+                        owner: args.owner.clone(),
+                        metadata_patch_json: metadata,
+                        ..Default::default()
+                    },
+                    |r, id| r.request_id = id,
+                    |mut c, r| async move { c.update_task(r).await },
+                )
                 .await
                 .map_err(|s| {
                     rename(
@@ -104,7 +108,7 @@ impl TodoMcp {
         }
         let to = args.status.map(shapes::TaskStatus::todod);
         let mut moved = false;
-        let transition = |client: &crate::client::Client, to: &str| {
+        let transition = |to: &str| {
             let request = TransitionTaskRequest {
                 id: id.clone(),
                 to: to.into(),
@@ -115,23 +119,30 @@ impl TodoMcp {
                 },
                 ..Default::default()
             };
-            let mut client = client.clone();
-            async move { client.transition_task(request).await }
+            self.session.mutate(
+                request,
+                |r, id| r.request_id = id,
+                |mut c, r| async move { c.transition_task(r).await },
+            )
         };
         if to == Some("pending") && before.status != "pending" {
-            transition(&client, "pending")
+            transition("pending")
                 .await
                 .map_err(|s| failed(&done, s.into()))?;
             done.push("status pending".into());
             moved = true;
         }
         for (task_id, depends_on, said) in edges {
-            client
-                .add_dependency(DependencyRequest {
-                    task_id,
-                    depends_on,
-                    ..Default::default()
-                })
+            self.session
+                .mutate(
+                    DependencyRequest {
+                        task_id,
+                        depends_on,
+                        ..Default::default()
+                    },
+                    |r, id| r.request_id = id,
+                    |mut c, r| async move { c.add_dependency(r).await },
+                )
                 .await
                 .map_err(|s| failed(&done, s.into()))?;
             done.push(said);
@@ -144,12 +155,16 @@ impl TodoMcp {
                 .await
                 .map_err(|e| failed(&done, e))?;
             for dependent in plan.iter().filter(|t| t.depends_on.contains(&id)) {
-                client
-                    .remove_dependency(DependencyRequest {
-                        task_id: dependent.id.clone(),
-                        depends_on: id.clone(),
-                        ..Default::default()
-                    })
+                self.session
+                    .mutate(
+                        DependencyRequest {
+                            task_id: dependent.id.clone(),
+                            depends_on: id.clone(),
+                            ..Default::default()
+                        },
+                        |r, id| r.request_id = id,
+                        |mut c, r| async move { c.remove_dependency(r).await },
+                    )
                     .await
                     .map_err(|s| failed(&done, s.into()))?;
                 done.push(format!("{} no longer waits for it", dependent.id));
@@ -160,9 +175,7 @@ impl TodoMcp {
         let deleting_done = to == Some("cancelled") && before.status == "completed";
         if let Some(to) = to.filter(|to| *to != "pending" && *to != before.status && !deleting_done)
         {
-            transition(&client, to)
-                .await
-                .map_err(|s| failed(&done, s.into()))?;
+            transition(to).await.map_err(|s| failed(&done, s.into()))?;
             done.push(format!("status {to}"));
             moved = true;
         }

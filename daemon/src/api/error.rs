@@ -39,6 +39,12 @@ impl From<Error> for Status {
                     "the database refused the change (a constraint failed); nothing was changed",
                 )
             }
+            Error::RequestIdReused { .. } => {
+                Status::already_exists(format!("{error}; a new request needs a new request_id"))
+            }
+            Error::AnswerNotKept { .. } => Status::aborted(format!(
+                "{error}, and its answer was too large to keep; read the state again"
+            )),
             Error::Fenced { .. } => {
                 Status::failed_precondition("the task moved on meanwhile; read it again")
             }

@@ -4,6 +4,7 @@
 // tonic's `Status` is the error type every handler must return; boxing it here
 // would only move the allocation.
 #![allow(clippy::result_large_err)]
+mod answers;
 pub mod auth;
 pub mod convert;
 mod error;
@@ -63,28 +64,54 @@ impl TodoService {
         self
     }
 
+    /// The first answer to a retried call, checked before the request is
+    /// looked at again (what it was checked against may have moved on since);
+    /// the write itself checks again, in its transaction.
+    async fn kept<R: prost::Message + Default>(
+        &self,
+        ctx: &WriteContext,
+    ) -> Result<Option<R>, Status> {
+        let Some(key) = &ctx.request else {
+            return Ok(None);
+        };
+        match self.store.kept_answer(&ctx.actor, key).await? {
+            None => Ok(None),
+            Some(bytes) => answers::decode(&bytes).map(Some),
+        }
+    }
+
     /// ArchivePlan and RestorePlan.
     async fn change_plan(
         &self,
         request: Request<proto::PlanChangeRequest>,
         restore: bool,
     ) -> Result<Response<proto::Plan>, Status> {
-        let ctx = context(&request)?;
+        let method = if restore {
+            "RestorePlan"
+        } else {
+            "ArchivePlan"
+        };
+        let ctx = context(&request, method)?;
+        if let Some(kept) = self.kept(&ctx).await? {
+            return Ok(Response::new(kept));
+        }
         let name = convert::plan_name("name", &request.get_ref().name)?;
         let plan = self.store.archive_plan(&name, restore, &ctx).await?;
-        Ok(Response::new(convert::plan(plan)))
+        Ok(Response::new(answers::answer(plan, convert::plan)?))
     }
 }
 
-/// Requests that change something: they may carry a reason and the plan
-/// revision they were based on.
-trait WriteRequest {
+/// Requests that change something: they may carry a reason, the plan
+/// revision they were based on, and a client request id.
+trait WriteRequest: prost::Message + Clone {
     fn reason(&self) -> &str {
         ""
     }
     fn expected_revision(&self) -> i64 {
         0
     }
+    fn request_id(&self) -> &str;
+    fn clear_request_id(&mut self);
 }
 
 macro_rules! write_request {
@@ -95,6 +122,12 @@ macro_rules! write_request {
             }
             fn expected_revision(&self) -> i64 {
                 self.expected_revision
+            }
+            fn request_id(&self) -> &str {
+                &self.request_id
+            }
+            fn clear_request_id(&mut self) {
+                self.request_id.clear();
             }
         }
     )+};
@@ -110,10 +143,22 @@ write_request!(
     proto::SetScheduleRequest,
     proto::PlanChangeRequest
 );
-impl WriteRequest for proto::CreatePlanRequest {}
 
-/// Who writes (the `x-todod-client` metadata), why, and on which revision.
-fn context<T: WriteRequest>(request: &Request<T>) -> Result<WriteContext, Status> {
+impl WriteRequest for proto::CreatePlanRequest {
+    fn request_id(&self) -> &str {
+        &self.request_id
+    }
+    fn clear_request_id(&mut self) {
+        self.request_id.clear();
+    }
+}
+
+/// The write context of a call to `method`: who, why, at which revision,
+/// and its request id.
+fn context<T: WriteRequest>(
+    request: &Request<T>,
+    method: &'static str,
+) -> Result<WriteContext, Status> {
     let actor = request
         .metadata()
         .get(CLIENT_HEADER)
@@ -129,14 +174,16 @@ fn context<T: WriteRequest>(request: &Request<T>) -> Result<WriteContext, Status
         actor,
         reason: validate_free_text("reason", body.reason())?,
         expected_revision: (body.expected_revision() > 0).then_some(body.expected_revision()),
+        request: answers::request_key(method, body.request_id(), body, T::clear_request_id)?,
     })
 }
 
 /// The context and the two ends of an `AddDependency`/`RemoveDependency` edge.
 fn edge(
     request: Request<proto::DependencyRequest>,
+    method: &'static str,
 ) -> Result<(WriteContext, TaskId, TaskId), Status> {
-    let ctx = context(&request)?;
+    let ctx = context(&request, method)?;
     let req = request.into_inner();
     let id = convert::task_id("task_id", &req.task_id)?;
     let depends_on = convert::task_id("depends_on", &req.depends_on)?;
@@ -215,7 +262,10 @@ impl Todos for TodoService {
         &self,
         request: Request<proto::SetScheduleRequest>,
     ) -> Result<Response<proto::Task>, Status> {
-        let ctx = context(&request)?;
+        let ctx = context(&request, "SetSchedule")?;
+        if let Some(kept) = self.kept(&ctx).await? {
+            return Ok(Response::new(kept));
+        }
         let req = request.into_inner();
         let id = convert::task_id("task_id", &req.task_id)?;
         let now = self.clock.now_ms();
@@ -231,24 +281,25 @@ impl Todos for TodoService {
             )?)
         };
         let task = self.store.set_schedule(id, schedule, now, &ctx).await?;
-        Ok(Response::new(convert::task(task)))
+        Ok(Response::new(answers::answer(task, convert::task)?))
     }
 
     async fn write_todos(
         &self,
         request: Request<proto::WriteTodosRequest>,
     ) -> Result<Response<proto::WriteTodosResponse>, Status> {
-        let ctx = context(&request)?;
+        let ctx = context(&request, "WriteTodos")?;
+        if let Some(kept) = self.kept(&ctx).await? {
+            return Ok(Response::new(kept));
+        }
         let req = request.into_inner();
         let plan = convert::plan_name("plan", &req.plan)?;
         let items = convert::todo_items(&req.todos)?;
         let written = self.store.write_todos(&plan, &items, &ctx).await?;
-        Ok(Response::new(proto::WriteTodosResponse {
-            plan: Some(convert::plan(written.plan)),
-            todos: convert::tasks(written.todos),
-            created: written.created.iter().map(ToString::to_string).collect(),
-            archived: written.archived.iter().map(ToString::to_string).collect(),
-        }))
+        Ok(Response::new(answers::answer(
+            written,
+            answers::written_todos,
+        )?))
     }
 
     async fn read_todos(
@@ -267,12 +318,15 @@ impl Todos for TodoService {
         &self,
         request: Request<proto::CreatePlanRequest>,
     ) -> Result<Response<proto::Plan>, Status> {
-        let ctx = context(&request)?;
+        let ctx = context(&request, "CreatePlan")?;
+        if let Some(kept) = self.kept(&ctx).await? {
+            return Ok(Response::new(kept));
+        }
         let req = request.into_inner();
         let name = convert::plan_name("name", &req.name)?;
         let title = validate_free_text("title", &req.title)?;
         let plan = self.store.create_plan(&name, &title, &ctx).await?;
-        Ok(Response::new(convert::plan(plan)))
+        Ok(Response::new(answers::answer(plan, convert::plan)?))
     }
 
     async fn archive_plan(
@@ -318,7 +372,10 @@ impl Todos for TodoService {
         &self,
         request: Request<proto::CreateTaskRequest>,
     ) -> Result<Response<proto::Task>, Status> {
-        let ctx = context(&request)?;
+        let ctx = context(&request, "CreateTask")?;
+        if let Some(kept) = self.kept(&ctx).await? {
+            return Ok(Response::new(kept));
+        }
         let req = request.into_inner();
         let plan = convert::plan_name("plan", &req.plan)?;
         let content = validate_content("content", &req.content)?;
@@ -349,7 +406,7 @@ impl Todos for TodoService {
             metadata: annotations::parse_patch("metadata_json", &req.metadata_json)?,
         };
         let task = self.store.create_task(&new, &ctx).await?;
-        Ok(Response::new(convert::task(task)))
+        Ok(Response::new(answers::answer(task, convert::task)?))
     }
 
     async fn get_task(
@@ -388,7 +445,10 @@ impl Todos for TodoService {
         &self,
         request: Request<proto::UpdateTaskRequest>,
     ) -> Result<Response<proto::Task>, Status> {
-        let ctx = context(&request)?;
+        let ctx = context(&request, "UpdateTask")?;
+        if let Some(kept) = self.kept(&ctx).await? {
+            return Ok(Response::new(kept));
+        }
         let req = request.into_inner();
         let id = convert::task_id("id", &req.id)?;
         let spec = match req.spec_json {
@@ -432,37 +492,46 @@ impl Todos for TodoService {
             },
         };
         let task = self.store.update_task(id, &update, &ctx).await?;
-        Ok(Response::new(convert::task(task)))
+        Ok(Response::new(answers::answer(task, convert::task)?))
     }
 
     async fn transition_task(
         &self,
         request: Request<proto::TransitionTaskRequest>,
     ) -> Result<Response<proto::Task>, Status> {
-        let ctx = context(&request)?;
+        let ctx = context(&request, "TransitionTask")?;
+        if let Some(kept) = self.kept(&ctx).await? {
+            return Ok(Response::new(kept));
+        }
         let req = request.into_inner();
         let id = convert::task_id("id", &req.id)?;
         let to = convert::status("to", &req.to)?;
         let task = self.store.transition(id, to, &ctx).await?;
-        Ok(Response::new(convert::task(task)))
+        Ok(Response::new(answers::answer(task, convert::task)?))
     }
 
     async fn add_dependency(
         &self,
         request: Request<proto::DependencyRequest>,
     ) -> Result<Response<proto::Task>, Status> {
-        let (ctx, id, depends_on) = edge(request)?;
+        let (ctx, id, depends_on) = edge(request, "AddDependency")?;
+        if let Some(kept) = self.kept(&ctx).await? {
+            return Ok(Response::new(kept));
+        }
         let task = self.store.add_dependency(id, depends_on, &ctx).await?;
-        Ok(Response::new(convert::task(task)))
+        Ok(Response::new(answers::answer(task, convert::task)?))
     }
 
     async fn remove_dependency(
         &self,
         request: Request<proto::DependencyRequest>,
     ) -> Result<Response<proto::Task>, Status> {
-        let (ctx, id, depends_on) = edge(request)?;
+        let (ctx, id, depends_on) = edge(request, "RemoveDependency")?;
+        if let Some(kept) = self.kept(&ctx).await? {
+            return Ok(Response::new(kept));
+        }
         let task = self.store.remove_dependency(id, depends_on, &ctx).await?;
-        Ok(Response::new(convert::task(task)))
+        Ok(Response::new(answers::answer(task, convert::task)?))
     }
 
     async fn list_events(

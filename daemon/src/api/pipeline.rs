@@ -59,7 +59,14 @@ impl TodoService {
         &self,
         request: Request<proto::ApplyPipelineRequest>,
     ) -> Result<Response<proto::ApplyPipelineResponse>, Status> {
-        let ctx = context(&request)?;
+        let mut ctx = context(&request, "ApplyPipeline")?;
+        if request.get_ref().dry_run {
+            // A dry run changes nothing: there is nothing to replay.
+            ctx.request = None;
+        }
+        if let Some(kept) = self.kept(&ctx).await? {
+            return Ok(Response::new(kept));
+        }
         let req = request.into_inner();
         if req.spec_toml.len() > MAX_FILE_BYTES {
             return Err(
@@ -217,19 +224,9 @@ impl TodoService {
         if !req.dry_run {
             made.keep();
         }
-        Ok(Response::new(proto::ApplyPipelineResponse {
-            plan: applied.plan.map(convert::plan),
-            steps: applied
-                .steps
-                .into_iter()
-                .map(|s| proto::PipelineStep {
-                    step: s.step,
-                    action: s.action.as_str().to_string(),
-                    changed: s.changed,
-                    task: s.task.map(convert::task),
-                    spec_json: s.spec,
-                })
-                .collect(),
-        }))
+        Ok(Response::new(super::answers::answer(
+            applied,
+            super::answers::applied_pipeline,
+        )?))
     }
 }

@@ -13,6 +13,7 @@ mod persist;
 mod phases;
 mod pipeline;
 mod read;
+mod request_ids;
 mod schedules;
 mod sqlite;
 mod views;
@@ -33,6 +34,7 @@ use sqlite::{Begin, Conn, Db};
 pub use phases::{PhaseTask, DAEMON_ACTOR};
 pub use pipeline::{AppliedPipeline, AppliedStep, PlannedStep, StepAction};
 pub use read::{EventFilter, TaskFilter};
+pub use request_ids::{Answer, Once, RequestKey, KEEP_MS as REQUEST_ID_KEEP_MS};
 pub use schedules::DueSchedule;
 pub use sqlite::Failure;
 pub use views::{Detail, EventView, PlanSummary, PlanView, TaskPage, TaskView};
@@ -76,6 +78,14 @@ pub enum Error {
     Closed,
     #[error("the database holds data this version cannot read: {0}")]
     Corrupt(String),
+    /// A request id seen before with a different request.
+    #[error(
+        "request_id {id:?} was already used by this client for a different request ({method})"
+    )]
+    RequestIdReused { id: String, method: String },
+    /// A request id seen before whose answer was too large to keep.
+    #[error("request_id {id:?}: the request was already applied")]
+    AnswerNotKept { id: String },
 }
 
 impl Error {
@@ -95,6 +105,9 @@ pub struct WriteContext {
     pub reason: String,
     /// When set, the plan must be at exactly this revision.
     pub expected_revision: Option<i64>,
+    /// The client's id for this request: a retry with it gets the first
+    /// answer (see `request_ids`).
+    pub request: Option<RequestKey>,
 }
 
 /// Read connections, each used by one caller at a time.

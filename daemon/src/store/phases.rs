@@ -133,6 +133,7 @@ impl Store {
             actor: DAEMON_ACTOR.into(),
             reason: "ready: started by the daemon".into(),
             expected_revision: None,
+            request: None,
         };
         self.write(|db| {
             let (task, seq) = super::write::transition(db, id, Status::InProgress, &ctx)?;
@@ -176,6 +177,7 @@ impl Store {
                 Err(error) => domain::model::clip(error),
             },
             expected_revision: None,
+            request: None,
         };
         self.write(|db| {
             check_fence(db, id, attempt)?;

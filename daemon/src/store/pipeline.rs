@@ -6,6 +6,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::read::{plan_by_name, task_by_id};
+use super::request_ids::Once;
 use super::sqlite::Db;
 use super::write::{
     add_dependency, check_revision, create_task, has_checkpoint, insert_plan, remove_dependency,
@@ -215,6 +216,7 @@ fn apply(
     // The revision was checked once, above; the writes below move it.
     let inner = WriteContext {
         expected_revision: None,
+        request: None,
         ..ctx.clone()
     };
     let mut ids: BTreeMap<String, TaskId> = existing.clone();
@@ -297,13 +299,14 @@ impl Store {
         steps: &[PlannedStep],
         dry_run: bool,
         ctx: &WriteContext,
-    ) -> Result<AppliedPipeline, Error> {
+    ) -> Result<Once<AppliedPipeline>, Error> {
         if dry_run {
             return self
                 .read(|db| apply(db, plan, title, steps, true, ctx).map(|(a, _)| a))
-                .await;
+                .await
+                .map(Once::Fresh);
         }
-        self.write(|db| apply(db, plan, title, steps, false, ctx))
+        self.write_once(ctx, |db| apply(db, plan, title, steps, false, ctx))
             .await
     }
 

@@ -5,6 +5,7 @@
 use serde_json::json;
 
 use super::read::task_by_id;
+use super::request_ids::Once;
 use super::sqlite::Db;
 use super::write::{transition, writable_task};
 use super::{now_ms, Error, Store, TaskView, WriteContext, DAEMON_ACTOR};
@@ -124,6 +125,7 @@ fn fired(
             actor: DAEMON_ACTOR.to_string(),
             reason: "schedule: reopened".to_string(),
             expected_revision: None,
+            request: None,
         };
         match transition(db, id, Status::Pending, &ctx) {
             Ok((_, s)) => {
@@ -153,8 +155,8 @@ impl Store {
         schedule: Option<Schedule>,
         now: i64,
         ctx: &WriteContext,
-    ) -> Result<TaskView, Error> {
-        self.write(|db| set(db, id, schedule.as_ref(), now, ctx))
+    ) -> Result<Once<TaskView>, Error> {
+        self.write_once(ctx, |db| set(db, id, schedule.as_ref(), now, ctx))
             .await
     }
 

@@ -8,6 +8,7 @@ use std::collections::BTreeSet;
 
 use super::persist;
 use super::read::{live_tasks, plan_by_id, plan_by_name, require_plan, task_by_id};
+use super::request_ids::Once;
 use super::sqlite::Db;
 use super::{now_ms, Error, PlanView, Store, TaskView, WriteContext};
 use crate::domain::annotations::{self, Patch};
@@ -717,8 +718,8 @@ impl Store {
         name: &str,
         title: &str,
         ctx: &WriteContext,
-    ) -> Result<PlanView, Error> {
-        self.write(|db| {
+    ) -> Result<Once<PlanView>, Error> {
+        self.write_once(ctx, |db| {
             if plan_by_name(db, name)?.is_some() {
                 return Err(domain::Error::AlreadyExists {
                     what: "plan",
@@ -740,8 +741,9 @@ impl Store {
         name: &str,
         restore: bool,
         ctx: &WriteContext,
-    ) -> Result<PlanView, Error> {
-        self.write(|db| archive_plan(db, name, restore, ctx)).await
+    ) -> Result<Once<PlanView>, Error> {
+        self.write_once(ctx, |db| archive_plan(db, name, restore, ctx))
+            .await
     }
 
     pub async fn write_todos(
@@ -749,12 +751,17 @@ impl Store {
         plan: &str,
         items: &[TodoItem],
         ctx: &WriteContext,
-    ) -> Result<WrittenTodos, Error> {
-        self.write(|db| write_todos(db, plan, items, ctx)).await
+    ) -> Result<Once<WrittenTodos>, Error> {
+        self.write_once(ctx, |db| write_todos(db, plan, items, ctx))
+            .await
     }
 
-    pub async fn create_task(&self, new: &NewTask, ctx: &WriteContext) -> Result<TaskView, Error> {
-        self.write(|db| create_task(db, new, ctx)).await
+    pub async fn create_task(
+        &self,
+        new: &NewTask,
+        ctx: &WriteContext,
+    ) -> Result<Once<TaskView>, Error> {
+        self.write_once(ctx, |db| create_task(db, new, ctx)).await
     }
 
     pub async fn update_task(
@@ -762,8 +769,9 @@ impl Store {
         id: TaskId,
         update: &TaskUpdate,
         ctx: &WriteContext,
-    ) -> Result<TaskView, Error> {
-        self.write(|db| update_task(db, id, update, ctx)).await
+    ) -> Result<Once<TaskView>, Error> {
+        self.write_once(ctx, |db| update_task(db, id, update, ctx))
+            .await
     }
 
     pub async fn transition(
@@ -771,8 +779,9 @@ impl Store {
         id: TaskId,
         to: Status,
         ctx: &WriteContext,
-    ) -> Result<TaskView, Error> {
-        self.write(|db| client_transition(db, id, to, ctx)).await
+    ) -> Result<Once<TaskView>, Error> {
+        self.write_once(ctx, |db| client_transition(db, id, to, ctx))
+            .await
     }
 
     pub async fn add_dependency(
@@ -780,8 +789,8 @@ impl Store {
         id: TaskId,
         depends_on: TaskId,
         ctx: &WriteContext,
-    ) -> Result<TaskView, Error> {
-        self.write(|db| add_dependency(db, id, depends_on, ctx))
+    ) -> Result<Once<TaskView>, Error> {
+        self.write_once(ctx, |db| add_dependency(db, id, depends_on, ctx))
             .await
     }
 
@@ -790,8 +799,8 @@ impl Store {
         id: TaskId,
         depends_on: TaskId,
         ctx: &WriteContext,
-    ) -> Result<TaskView, Error> {
-        self.write(|db| remove_dependency(db, id, depends_on, ctx))
+    ) -> Result<Once<TaskView>, Error> {
+        self.write_once(ctx, |db| remove_dependency(db, id, depends_on, ctx))
             .await
     }
 }

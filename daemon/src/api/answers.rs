@@ -1,0 +1,113 @@
+//! What mutating calls answer, and the client request ids that make them
+//! safe to retry: the id is read and checked here, the request is
+//! fingerprinted without it, and an answer is either converted from what
+//! the store just did or decoded from the bytes it kept for the first call
+//! with that id (`store::request_ids`).
+use prost::Message;
+use sha2::{Digest, Sha256};
+use tonic::Status;
+
+use super::convert;
+use crate::domain::Error as Rule;
+use crate::proto;
+use crate::store::{Answer, AppliedPipeline, Once, PlanView, RequestKey, TaskView, WrittenTodos};
+
+/// The longest request id taken (a UUID is 36 characters).
+const MAX_REQUEST_ID: usize = 128;
+
+/// The request key of a call: `None` when the client sent no id.
+pub fn request_key<T: Message + Clone>(
+    method: &'static str,
+    request_id: &str,
+    request: &T,
+    clear: impl FnOnce(&mut T),
+) -> Result<Option<RequestKey>, Status> {
+    if request_id.is_empty() {
+        return Ok(None);
+    }
+    if request_id.len() > MAX_REQUEST_ID || !request_id.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(Rule::invalid(
+            "request_id",
+            format!("must be at most {MAX_REQUEST_ID} printable ASCII characters (a UUID, say)"),
+        )
+        .into());
+    }
+    let mut without = request.clone();
+    clear(&mut without);
+    let digest = Sha256::digest(without.encode_to_vec());
+    Ok(Some(RequestKey {
+        id: request_id.to_string(),
+        method,
+        fingerprint: digest.iter().map(|b| format!("{b:02x}")).collect(),
+    }))
+}
+
+/// The answer to a call: converted from a fresh outcome, or the first
+/// call's answer decoded.
+pub fn answer<T, R: Message + Default>(
+    once: Once<T>,
+    convert: impl FnOnce(T) -> R,
+) -> Result<R, Status> {
+    match once {
+        Once::Fresh(value) => Ok(convert(value)),
+        Once::Replayed(bytes) => decode(&bytes),
+    }
+}
+
+/// A kept answer, decoded.
+pub fn decode<R: Message + Default>(bytes: &[u8]) -> Result<R, Status> {
+    R::decode(bytes).map_err(|e| {
+        tracing::error!(error = %e, "a kept answer does not decode");
+        Status::internal("internal error; see the daemon's log")
+    })
+}
+
+pub fn written_todos(written: WrittenTodos) -> proto::WriteTodosResponse {
+    proto::WriteTodosResponse {
+        plan: Some(convert::plan(written.plan)),
+        todos: convert::tasks(written.todos),
+        created: written.created.iter().map(ToString::to_string).collect(),
+        archived: written.archived.iter().map(ToString::to_string).collect(),
+    }
+}
+
+pub fn applied_pipeline(applied: AppliedPipeline) -> proto::ApplyPipelineResponse {
+    proto::ApplyPipelineResponse {
+        plan: applied.plan.map(convert::plan),
+        steps: applied
+            .steps
+            .into_iter()
+            .map(|s| proto::PipelineStep {
+                step: s.step,
+                action: s.action.as_str().to_string(),
+                changed: s.changed,
+                task: s.task.map(convert::task),
+                spec_json: s.spec,
+            })
+            .collect(),
+    }
+}
+
+impl Answer for PlanView {
+    fn encoded(&self) -> Vec<u8> {
+        convert::plan(self.clone()).encode_to_vec()
+    }
+}
+
+impl Answer for TaskView {
+    fn encoded(&self) -> Vec<u8> {
+        convert::task(self.clone()).encode_to_vec()
+    }
+}
+
+impl Answer for WrittenTodos {
+    fn encoded(&self) -> Vec<u8> {
+        written_todos(self.clone()).encode_to_vec()
+    }
+}
+
+impl Answer for AppliedPipeline {
+    fn encoded(&self) -> Vec<u8> {
+        applied_pipeline(self.clone()).encode_to_vec()
+    }
+}

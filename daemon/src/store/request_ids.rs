@@ -1,0 +1,156 @@
+//! Idempotent mutations. A write that names a client request id records, in
+//! the same transaction, the id, what was asked (the RPC and a fingerprint
+//! of the request) and the answer; a later write with the same id and the
+//! same request gets that first answer back and changes nothing, and one
+//! with a different request is refused. Ids are per actor (the client's
+//! name), kept at least [`KEEP_MS`], and pruned a few at a time as new ones
+//! arrive, so the table stays bounded by a day's traffic.
+use base64::Engine as _;
+
+use super::sqlite::Db;
+use super::{Error, Store, WriteContext};
+
+/// How long an id and its answer are kept.
+pub const KEEP_MS: i64 = 24 * 3600 * 1000;
+
+/// Answers larger than this are not kept (a retry is then told the request
+/// was applied, and to read the state again).
+const MAX_ANSWER_BYTES: usize = 4 << 20;
+
+/// Expired ids removed per new one: pruning keeps pace with arrivals.
+const PRUNE_BATCH: i64 = 16;
+
+/// A client's request id, with what it asked for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestKey {
+    pub id: String,
+    /// The RPC, e.g. `CreateTask`.
+    pub method: &'static str,
+    /// A hash of the request without its id (hex).
+    pub fingerprint: String,
+}
+
+/// What a write answers, as the bytes a replay returns.
+pub trait Answer {
+    fn encoded(&self) -> Vec<u8>;
+}
+
+/// A write's outcome: done now, or done before under the same request id.
+#[derive(Debug)]
+pub enum Once<T> {
+    Fresh(T),
+    /// The first answer's bytes.
+    Replayed(Vec<u8>),
+}
+
+impl<T> Once<T> {
+    /// What a write without a request id did (it is never a replay).
+    pub fn fresh(self) -> Option<T> {
+        match self {
+            Once::Fresh(value) => Some(value),
+            Once::Replayed(_) => None,
+        }
+    }
+}
+
+struct Kept {
+    method: String,
+    fingerprint: String,
+    response: Option<String>,
+}
+
+fn kept(db: &mut Db, actor: &str, id: &str) -> Result<Option<Kept>, Error> {
+    db.query_row(
+        "SELECT method, fingerprint, response FROM request_ids \
+         WHERE actor = ? AND request_id = ?",
+        &[actor.into(), id.into()],
+        |row| {
+            Ok(Kept {
+                method: row.text(0)?.to_string(),
+                fingerprint: row.text(1)?.to_string(),
+                response: row.opt_text(2)?.map(str::to_string),
+            })
+        },
+    )
+}
+
+fn record(
+    db: &mut Db,
+    actor: &str,
+    key: &RequestKey,
+    answer: &[u8],
+    now: i64,
+) -> Result<(), Error> {
+    let response = (answer.len() <= MAX_ANSWER_BYTES)
+        .then(|| base64::engine::general_purpose::STANDARD.encode(answer));
+    db.execute(
+        "DELETE FROM request_ids WHERE (actor, request_id) IN \
+         (SELECT actor, request_id FROM request_ids WHERE created_ms < ? \
+          ORDER BY created_ms LIMIT ?)",
+        &[(now - KEEP_MS).into(), PRUNE_BATCH.into()],
+    )?;
+    db.execute(
+        "INSERT INTO request_ids (actor, request_id, method, fingerprint, response, created_ms) \
+         VALUES (?, ?, ?, ?, ?, ?)",
+        &[
+            actor.into(),
+            key.id.as_str().into(),
+            key.method.into(),
+            key.fingerprint.as_str().into(),
+            response.as_ref().into(),
+            now.into(),
+        ],
+    )?;
+    Ok(())
+}
+
+/// The kept answer for a retry of the same request, or why not.
+fn replay(kept: Kept, key: &RequestKey) -> Result<Vec<u8>, Error> {
+    if kept.method != key.method || kept.fingerprint != key.fingerprint {
+        return Err(Error::RequestIdReused {
+            id: key.id.clone(),
+            method: kept.method,
+        });
+    }
+    kept.response
+        .and_then(|r| base64::engine::general_purpose::STANDARD.decode(r).ok())
+        .ok_or_else(|| Error::AnswerNotKept { id: key.id.clone() })
+}
+
+impl Store {
+    /// The first answer kept for `key`, if it was seen (a read: a retry is
+    /// answered before its request is checked again).
+    pub async fn kept_answer(
+        &self,
+        actor: &str,
+        key: &RequestKey,
+    ) -> Result<Option<Vec<u8>>, Error> {
+        let kept = self.read(|db| kept(db, actor, &key.id)).await?;
+        match kept {
+            None => Ok(None),
+            Some(kept) => replay(kept, key).map(Some),
+        }
+    }
+
+    /// [`Store::write`] for a mutation a client may retry: with a request
+    /// id in `ctx`, the first answer is kept with the change, and a retry
+    /// gets it back without running `body`.
+    pub(super) async fn write_once<T: Answer>(
+        &self,
+        ctx: &WriteContext,
+        body: impl FnOnce(&mut Db) -> Result<(T, Option<i64>), Error>,
+    ) -> Result<Once<T>, Error> {
+        let Some(key) = &ctx.request else {
+            return Ok(Once::Fresh(self.write(body).await?));
+        };
+        self.write(|db| {
+            if let Some(kept) = kept(db, &ctx.actor, &key.id)? {
+                return Ok((Once::Replayed(replay(kept, key)?), None));
+            }
+            let (value, seq) = body(db)?;
+            record(db, &ctx.actor, key, &value.encoded(), super::now_ms())?;
+            Ok((Once::Fresh(value), seq))
+        })
+        .await
+    }
+}
