@@ -181,6 +181,15 @@ pub enum Command {
         #[arg(long, value_parser = humantime::parse_duration)]
         wait: Option<std::time::Duration>,
     },
+    /// Back the graph up into FILE while the daemon runs (a consistent copy)
+    ///
+    /// FILE must not exist, and must be outside the daemon's state directory
+    /// (and within its data roots, if it has any). Restore it, with the
+    /// daemon stopped, with `todod restore FILE --state-dir DIR`.
+    Backup {
+        /// The file to create (a relative path is taken from here)
+        file: std::path::PathBuf,
+    },
     /// Give a task a cron schedule, or take it away
     ///
     /// reopen: a completed plain task goes back to pending at each firing (a

@@ -126,6 +126,13 @@ impl Todos for Mock {
         Err(Status::unimplemented("no"))
     }
 
+    async fn backup(
+        &self,
+        _: Request<todod_proto::BackupRequest>,
+    ) -> R<todod_proto::BackupResponse> {
+        Err(Status::unimplemented("no"))
+    }
+
     async fn apply_pipeline(
         &self,
         _: Request<todod_proto::ApplyPipelineRequest>,

@@ -5,6 +5,7 @@
 //! (SQLite), [`api`] (gRPC), [`server`] (listeners and shutdown), [`config`]
 //! (where state lives). The binary in `main.rs` only wires them together.
 pub mod api;
+pub mod backup;
 pub mod chat_template;
 pub mod config;
 pub mod domain;

@@ -22,10 +22,25 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
     about = "Durable todo graph daemon for AI agents and the pipelines they drive"
 )]
 struct Args {
+    #[command(subcommand)]
+    command: Option<Command>,
+
     /// Directory holding the database, lock, token and socket
     /// [default: $XDG_STATE_HOME/todod or ~/.local/state/todod]
-    #[arg(long, env = "TODOD_STATE_DIR")]
+    #[arg(long, env = "TODOD_STATE_DIR", global = true)]
     state_dir: Option<PathBuf>,
+
+    /// Back the graph up every DURATION (e.g. 1h) into --backup-dir.
+    #[arg(long, value_name = "DURATION", requires = "backup_dir", value_parser = humantime::parse_duration)]
+    backup_every: Option<std::time::Duration>,
+
+    /// Where periodic backups go (outside the state directory).
+    #[arg(long, value_name = "DIR")]
+    backup_dir: Option<PathBuf>,
+
+    /// How many periodic backups to keep.
+    #[arg(long, value_name = "N", default_value_t = 24)]
+    backup_keep: usize,
 
     /// TCP address to serve gRPC on, or "none". Every TCP call needs the token.
     #[arg(long, env = "TODOD_LISTEN", default_value = config::DEFAULT_LISTEN)]
@@ -71,6 +86,48 @@ struct Args {
     /// Log format: "text" or "json". Filter with RUST_LOG (default: info).
     #[arg(long, env = "TODOD_LOG_FORMAT", default_value = "text")]
     log_format: String,
+}
+
+#[derive(clap::Subcommand, Debug)]
+enum Command {
+    /// Restore a backup (`todoctl backup FILE`) as the state directory's
+    /// database, with no daemon running: the file is checked first
+    /// (integrity_check, a schema this version knows).
+    Restore {
+        /// The backup file.
+        file: PathBuf,
+        /// Replace a database the state directory already holds.
+        #[arg(long)]
+        force: bool,
+    },
+}
+
+/// `todod restore FILE`: prints what was restored and how the phase outputs
+/// the backup knows compare with the disk.
+async fn restore(
+    file: &std::path::Path,
+    state_dir: &std::path::Path,
+    force: bool,
+) -> anyhow::Result<()> {
+    let (info, outputs) = todod::backup::restore(file, state_dir, force).await?;
+    println!(
+        "restored {} into {}: {} plans, {} tasks, events up to {} (schema {})",
+        file.display(),
+        state_dir.display(),
+        info.plans,
+        info.tasks,
+        info.last_seq,
+        info.schema_version
+    );
+    for check in &outputs {
+        println!(
+            "  t{} {}: {}",
+            check.task,
+            check.path.display(),
+            check.verdict
+        );
+    }
+    Ok(())
 }
 
 fn init_tracing(format: &str) -> anyhow::Result<()> {
@@ -121,10 +178,25 @@ async fn main() -> anyhow::Result<()> {
         None => config::default_state_dir()
             .context("cannot find a state directory: set --state-dir, TODOD_STATE_DIR or HOME")?,
     };
+    if let Some(Command::Restore { file, force }) = &args.command {
+        return restore(file, &state_dir, *force).await;
+    }
     config::ensure_state_dir(&state_dir)
         .with_context(|| format!("cannot create state directory {}", state_dir.display()))?;
     let _lock = config::lock_state_dir(&state_dir)?;
     let db_path = state_dir.join(config::DATABASE_FILE);
+    todod::backup::check_before_start(&db_path, &state_dir).await?;
+    if let Some(dir) = &args.backup_dir {
+        let dir = std::fs::canonicalize(dir)
+            .with_context(|| format!("--backup-dir {}: not a directory", dir.display()))?;
+        let state = std::fs::canonicalize(&state_dir)?;
+        if dir.starts_with(&state) {
+            bail!(
+                "--backup-dir {}: must be outside the state directory",
+                dir.display()
+            );
+        }
+    }
     for name in &args.secret_env {
         if name.is_empty() || name.contains('=') {
             bail!("--secret-env {name:?}: not a variable name");
@@ -200,7 +272,19 @@ async fn main() -> anyhow::Result<()> {
         fs: None,
         clock: None,
     };
+    let (stop_backups, stopped) = tokio::sync::watch::channel(false);
+    if let (Some(every), Some(dir)) = (args.backup_every, args.backup_dir.clone()) {
+        tokio::spawn(todod::backup::every(
+            db_path.clone(),
+            state_dir.clone(),
+            dir,
+            every,
+            args.backup_keep.max(1),
+            stopped,
+        ));
+    }
     server::run(store.clone(), listeners, options, shutdown).await?;
+    let _ = stop_backups.send(true);
     store.close().await;
     if let Some(path) = socket {
         let _ = std::fs::remove_file(path);

@@ -258,6 +258,7 @@ pub async fn run(cli: Cli) -> Result<()> {
             timeout,
         } => wait::wait(&ctx, task, plan, timeout).await,
         Command::Ping { wait } => ping::ping(&ctx, wait).await,
+        Command::Backup { file } => plans::backup(&ctx, &file).await,
         Command::Schedule {
             task,
             cron,

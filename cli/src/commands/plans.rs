@@ -302,3 +302,31 @@ pub async fn plan_screen(
     }
     Ok((text, value))
 }
+
+/// `backup FILE`: the daemon writes a consistent copy of its graph there.
+pub async fn backup(ctx: &Ctx, file: &std::path::Path) -> Result<()> {
+    let path = if file.is_absolute() {
+        file.to_path_buf()
+    } else {
+        std::env::current_dir()
+            .map_err(|e| crate::error::CliError::usage(format!("FILE: {e}")))?
+            .join(file)
+    };
+    let mut client = ctx.client().await?;
+    let done = client
+        .backup(todod_proto::BackupRequest {
+            path: path.display().to_string(),
+        })
+        .await?
+        .into_inner();
+    if ctx.json {
+        return emit_json(&json!({
+            "path": done.path, "bytes": done.bytes, "schema_version": done.schema_version,
+            "plans": done.plans, "tasks": done.tasks, "last_seq": done.last_seq,
+        }));
+    }
+    emit(&format!(
+        "backed up to {} ({} bytes: {} plans, {} tasks, events up to {})",
+        done.path, done.bytes, done.plans, done.tasks, done.last_seq
+    ))
+}

@@ -251,6 +251,38 @@ impl TodoService {
 
 #[tonic::async_trait]
 impl Todos for TodoService {
+    async fn backup(
+        &self,
+        request: Request<proto::BackupRequest>,
+    ) -> Result<Response<proto::BackupResponse>, Status> {
+        let path = std::path::PathBuf::from(&request.get_ref().path);
+        let claim = crate::phase::spec::output_file("path", &path, false, &self.bounds)
+            .map_err(|e| Status::from(e.renamed("spec.path", "path")))?;
+        let target = std::path::PathBuf::from(&claim.path);
+        let info = crate::backup::backup(self.store.path(), &target)
+            .await
+            .map_err(|e| {
+                tracing::error!(error = %e, target = %target.display(), "backup failed");
+                if e.0.contains("appeared while") {
+                    Status::already_exists(format!("path: {e}"))
+                } else {
+                    Status::internal("the backup could not be written; see the daemon's log")
+                }
+            })?;
+        if let Some(dir) = &self.bounds.state_dir {
+            crate::backup::note_last(dir, &info.path);
+        }
+        tracing::info!(path = %info.path.display(), bytes = info.bytes, "backup written");
+        Ok(Response::new(proto::BackupResponse {
+            path: info.path.display().to_string(),
+            bytes: info.bytes as i64,
+            schema_version: info.schema_version,
+            plans: info.plans,
+            tasks: info.tasks,
+            last_seq: info.last_seq,
+        }))
+    }
+
     async fn apply_pipeline(
         &self,
         request: Request<proto::ApplyPipelineRequest>,

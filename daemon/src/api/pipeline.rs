@@ -21,18 +21,7 @@ const MAX_FILE_BYTES: usize = 1024 * 1024;
 
 /// A refusal of a step's spec, renamed to the place in the file.
 fn in_file(step: &Step, error: Rule) -> Rule {
-    match error {
-        Rule::Invalid { field, reason } => Rule::Invalid {
-            field: step.file_path(&field),
-            reason,
-        },
-        Rule::PathTaken { field, path, why } => Rule::PathTaken {
-            field: step.file_path(&field),
-            path,
-            why,
-        },
-        other => other,
-    }
+    error.with_field(|field| step.file_path(field))
 }
 
 /// Directories an apply made for `output_dir`, removed again (if still

@@ -127,6 +127,34 @@ pub enum Error {
 }
 
 impl Error {
+    /// The same error with the field renamed by `rename` (a check written
+    /// for one request, reused by another that calls the field otherwise).
+    pub fn with_field(self, rename: impl FnOnce(&str) -> String) -> Error {
+        match self {
+            Error::Invalid { field, reason } => Error::Invalid {
+                field: rename(&field),
+                reason,
+            },
+            Error::PathTaken { field, path, why } => Error::PathTaken {
+                field: rename(&field),
+                path,
+                why,
+            },
+            other => other,
+        }
+    }
+
+    /// The same error with field `from` called `to`.
+    pub fn renamed(self, from: &str, to: &str) -> Error {
+        self.with_field(|field| {
+            if field == from {
+                to.to_string()
+            } else {
+                field.to_string()
+            }
+        })
+    }
+
     pub fn invalid(field: impl Into<String>, reason: impl Into<String>) -> Error {
         Error::Invalid {
             field: field.into(),

@@ -40,7 +40,7 @@ pub use sqlite::Failure;
 pub use views::{Detail, EventView, PlanSummary, PlanView, TaskPage, TaskView};
 pub use write::{Claim, NewTask, SpecUpdate, TaskUpdate, WrittenTodos};
 
-static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations");
+pub(crate) static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations");
 
 /// How long a connection waits for a lock held by another process before failing.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
@@ -133,6 +133,8 @@ impl Drop for Loan<'_> {
 }
 
 struct Inner {
+    /// The database file.
+    path: std::path::PathBuf,
     writer: Mutex<Option<Conn>>,
     readers: Readers,
     committed_seq: watch::Sender<i64>,
@@ -173,6 +175,7 @@ impl Store {
         let (committed_seq, _) = watch::channel(last);
         Ok(Store {
             inner: Arc::new(Inner {
+                path: path.to_path_buf(),
                 writer: Mutex::new(Some(writer)),
                 readers: Readers {
                     idle: std::sync::Mutex::new(idle),
@@ -181,6 +184,11 @@ impl Store {
                 committed_seq,
             }),
         })
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.inner.path
     }
 
     /// The sequence number of the newest committed event, updated after commit.
