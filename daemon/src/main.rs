@@ -42,6 +42,11 @@ struct Args {
     #[arg(long, value_name = "N", default_value_t = 24)]
     backup_keep: usize,
 
+    /// Health turns NOT_SERVING when a write has waited this long for the
+    /// database writer (and SERVING again once writes go through).
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = humantime::parse_duration)]
+    writer_stall: std::time::Duration,
+
     /// TCP address to serve gRPC on, or "none". Every TCP call needs the token.
     #[arg(long, env = "TODOD_LISTEN", default_value = config::DEFAULT_LISTEN)]
     listen: String,
@@ -271,6 +276,7 @@ async fn main() -> anyhow::Result<()> {
         bounds,
         fs: None,
         clock: None,
+        writer_stall: Some(args.writer_stall),
     };
     let (stop_backups, stopped) = tokio::sync::watch::channel(false);
     if let (Some(every), Some(dir)) = (args.backup_every, args.backup_dir.clone()) {

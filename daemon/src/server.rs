@@ -50,7 +50,18 @@ pub struct Options {
     pub fs: Option<SharedFs>,
     /// The scheduler's clock (the system's unless a test gives another).
     pub clock: Option<Arc<dyn crate::scheduler::Clock>>,
+    /// How long a write may wait for the database writer before health
+    /// says NOT_SERVING ([`WRITER_STALL`] unless set).
+    pub writer_stall: Option<std::time::Duration>,
 }
+
+/// How long a write may wait for the writer before the daemon says, in its
+/// health, that it cannot serve.
+pub const WRITER_STALL: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The longest any call may take on the server: none waits for ever. Long
+/// enough for a backup of a large graph.
+const CALL_DEADLINE: std::time::Duration = std::time::Duration::from_secs(600);
 
 impl std::fmt::Debug for Options {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -79,12 +90,64 @@ fn router<H: Health>(
             .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
     };
     Ok(Server::builder()
+        .timeout(CALL_DEADLINE)
         .trace_fn(|request| tracing::info_span!("grpc", method = %request.uri().path()))
         .layer(InterceptorLayer::new(auth.clone()))
         .add_service(health.clone())
         .add_service(reflection().build_v1()?)
         .add_service(reflection().build_v1alpha()?)
         .add_service(todos.clone()))
+}
+
+/// Keeps health true to the store: NOT_SERVING (the API and the server as
+/// a whole) while a write has waited longer than `bound` for the database
+/// writer, with the reason and the holder in the log; SERVING again once
+/// writes go through, unless the daemon is stopping.
+async fn watchdog(
+    store: Store,
+    reporter: tonic_health::server::HealthReporter,
+    bound: std::time::Duration,
+    mut stop: watch::Receiver<bool>,
+) {
+    use tonic_health::ServingStatus;
+    let period = (bound / 4).clamp(
+        std::time::Duration::from_millis(50),
+        std::time::Duration::from_secs(1),
+    );
+    let mut tick = tokio::time::interval(period);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut stalled = false;
+    let set = |status: ServingStatus| {
+        let reporter = reporter.clone();
+        async move {
+            reporter
+                .set_service_status(
+                    <TodosServer<TodoService> as tonic::server::NamedService>::NAME,
+                    status,
+                )
+                .await;
+            reporter.set_service_status("", status).await;
+        }
+    };
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = stop.wait_for(|stop| *stop) => return,
+        }
+        match store.writer_stall(bound) {
+            Some(stall) if !stalled => {
+                tracing::error!(%stall, "the daemon cannot serve writes: health is NOT_SERVING");
+                set(ServingStatus::NotServing).await;
+                stalled = true;
+            }
+            None if stalled && !*stop.borrow() => {
+                tracing::warn!("writes go through again: health is SERVING");
+                set(ServingStatus::Serving).await;
+                stalled = false;
+            }
+            _ => {}
+        }
+    }
 }
 
 /// Serves until `shutdown` resolves, then stops accepting, ends watch streams and
@@ -110,6 +173,12 @@ pub async fn run(
     let stopped = |mut rx: watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|stop| *stop).await;
     };
+    tokio::spawn(watchdog(
+        store.clone(),
+        reporter.clone(),
+        options.writer_stall.unwrap_or(WRITER_STALL),
+        stop_rx.clone(),
+    ));
 
     let bounds = Arc::new(options.bounds.clone());
     let clock = options

@@ -18,6 +18,7 @@ mod schedules;
 mod sqlite;
 mod views;
 mod write;
+mod writer_watch;
 
 use std::path::Path;
 use std::str::FromStr;
@@ -39,6 +40,7 @@ pub use schedules::DueSchedule;
 pub use sqlite::Failure;
 pub use views::{Detail, EventView, PlanSummary, PlanView, TaskPage, TaskView};
 pub use write::{Claim, NewTask, SpecUpdate, TaskUpdate, WrittenTodos};
+pub use writer_watch::WriterStall;
 
 pub(crate) static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations");
 
@@ -136,6 +138,7 @@ struct Inner {
     /// The database file.
     path: std::path::PathBuf,
     writer: Mutex<Option<Conn>>,
+    writer_watch: writer_watch::WriterWatch,
     readers: Readers,
     committed_seq: watch::Sender<i64>,
 }
@@ -177,6 +180,7 @@ impl Store {
             inner: Arc::new(Inner {
                 path: path.to_path_buf(),
                 writer: Mutex::new(Some(writer)),
+                writer_watch: Default::default(),
                 readers: Readers {
                     idle: std::sync::Mutex::new(idle),
                     permits: Semaphore::new(READERS),
@@ -234,20 +238,35 @@ impl Store {
     /// connection, so at most one worker is ever inside a write; handing the
     /// work to another thread (block_in_place) cost more per write (about
     /// 0.2 ms in the bench) than the blocking it would spare.
-    async fn write<T>(
-        &self,
-        body: impl FnOnce(&mut Db) -> Result<(T, Option<i64>), Error>,
-    ) -> Result<T, Error> {
-        let mut writer = tokio::time::timeout(ACQUIRE_TIMEOUT, self.inner.writer.lock())
-            .await
-            .map_err(|_| Error::Overloaded(ACQUIRE_TIMEOUT))?;
-        let conn = writer.as_mut().ok_or(Error::Closed)?;
-        let mut db = conn.lock().await?;
-        let (value, seq) = db.transaction(Begin::Write, body)?;
-        drop(db);
-        drop(writer);
-        self.published(seq);
-        Ok(value)
+    ///
+    /// The writer watch sees the write wait and hold the writer; the holder
+    /// is named by its caller, the store method.
+    #[track_caller]
+    fn write<'s, T: 's>(
+        &'s self,
+        body: impl FnOnce(&mut Db) -> Result<(T, Option<i64>), Error> + 's,
+    ) -> impl std::future::Future<Output = Result<T, Error>> + 's {
+        let caller = std::panic::Location::caller();
+        async move {
+            let waiting = self.inner.writer_watch.wait();
+            let mut writer = tokio::time::timeout(ACQUIRE_TIMEOUT, self.inner.writer.lock())
+                .await
+                .map_err(|_| Error::Overloaded(ACQUIRE_TIMEOUT))?;
+            let _holding = waiting.acquired(caller);
+            let conn = writer.as_mut().ok_or(Error::Closed)?;
+            let mut db = conn.lock().await?;
+            let (value, seq) = db.transaction(Begin::Write, body)?;
+            drop(db);
+            drop(writer);
+            self.published(seq);
+            Ok(value)
+        }
+    }
+
+    /// A write that has waited for the writer longer than `bound`, if any:
+    /// the daemon cannot serve writes, and its health says so.
+    pub fn writer_stall(&self, bound: std::time::Duration) -> Option<WriterStall> {
+        self.inner.writer_watch.stall(bound)
     }
 
     /// `PRAGMA integrity_check`: "ok" for a sound database.

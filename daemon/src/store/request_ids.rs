@@ -135,22 +135,24 @@ impl Store {
     /// [`Store::write`] for a mutation a client may retry: with a request
     /// id in `ctx`, the first answer is kept with the change, and a retry
     /// gets it back without running `body`.
-    pub(super) async fn write_once<T: Answer>(
-        &self,
-        ctx: &WriteContext,
-        body: impl FnOnce(&mut Db) -> Result<(T, Option<i64>), Error>,
-    ) -> Result<Once<T>, Error> {
+    #[track_caller]
+    pub(super) fn write_once<'s, T: Answer + 's>(
+        &'s self,
+        ctx: &'s WriteContext,
+        body: impl FnOnce(&mut Db) -> Result<(T, Option<i64>), Error> + 's,
+    ) -> impl std::future::Future<Output = Result<Once<T>, Error>> + 's {
         let Some(key) = &ctx.request else {
-            return Ok(Once::Fresh(self.write(body).await?));
+            let write = self.write(body);
+            return futures::future::Either::Left(async move { Ok(Once::Fresh(write.await?)) });
         };
-        self.write(|db| {
+        futures::future::Either::Right(self.write(move |db| {
+            crate::failpoint::hit("store.client_write");
             if let Some(kept) = kept(db, &ctx.actor, &key.id)? {
                 return Ok((Once::Replayed(replay(kept, key)?), None));
             }
             let (value, seq) = body(db)?;
             record(db, &ctx.actor, key, &value.encoded(), super::now_ms())?;
             Ok((Once::Fresh(value), seq))
-        })
-        .await
+        }))
     }
 }
