@@ -353,3 +353,63 @@ async fn a_daemon_killed_during_a_backup_leaves_no_file_at_the_target() {
         "names the last backup: {err}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn periodic_backups_keep_the_newest_few() {
+    let backups = tempfile::tempdir().unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let dir = backups.path().display().to_string();
+    let daemon = RealDaemon::spawn_with(
+        state.path(),
+        &[
+            "--backup-every",
+            "300ms",
+            "--backup-dir",
+            &dir,
+            "--backup-keep",
+            "2",
+        ],
+    );
+    let mut c = daemon.client().await;
+    make_plan(&mut c, "p").await;
+    let listed = || -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(backups.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    };
+    // No signal says a periodic backup happened but the files themselves:
+    // look until a third has replaced the first (bounded: a minute).
+    let first = loop {
+        if let Some(name) = listed().first().cloned() {
+            break name;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while listed().contains(&first) || listed().len() < 2 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "backups: {:?}",
+            listed()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let names = listed();
+    assert!(names.len() <= 2, "kept the newest 2: {names:?}");
+    for name in &names {
+        // Each a sound todod database (a staging file being written is not
+        // among them: it has another name).
+        assert!(
+            name.starts_with("todod-") && name.ends_with("Z.db"),
+            "{name}"
+        );
+        todod::backup::inspect(&backups.path().join(name), true)
+            .await
+            .unwrap();
+    }
+    let noted = std::fs::read_to_string(state.path().join("last-backup")).unwrap();
+    assert!(noted.contains("todod-"), "{noted}");
+}

@@ -335,7 +335,7 @@ pub async fn every(
             _ = tick.tick() => {}
             _ = shutdown.changed() => return,
         }
-        let stamp: String = humantime::format_rfc3339_seconds(std::time::SystemTime::now())
+        let stamp: String = humantime::format_rfc3339_millis(std::time::SystemTime::now())
             .to_string()
             .chars()
             .filter(|c| *c != '-' && *c != ':')

@@ -156,3 +156,73 @@ impl Store {
         }))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(id: &str) -> RequestKey {
+        RequestKey {
+            id: id.into(),
+            method: "CreatePlan",
+            fingerprint: "f".into(),
+        }
+    }
+
+    async fn ids(store: &Store) -> Vec<String> {
+        store
+            .read(|db| {
+                db.query(
+                    "SELECT request_id FROM request_ids ORDER BY request_id",
+                    &[],
+                    |row| Ok(row.text(0)?.to_string()),
+                )
+            })
+            .await
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn ids_older_than_a_day_are_pruned_as_new_ones_arrive() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("todod.db")).await.unwrap();
+        let now = super::super::now_ms();
+        store
+            .write(|db| {
+                for (i, age) in [KEEP_MS + 60_000, KEEP_MS + 1, KEEP_MS - 60_000]
+                    .iter()
+                    .enumerate()
+                {
+                    record(db, "a", &key(&format!("old{i}")), b"answer", now - age)?;
+                }
+                Ok(((), None))
+            })
+            .await
+            .unwrap();
+        // A new id removes the expired ones, and keeps the one within a day.
+        store
+            .write(|db| record(db, "a", &key("new"), b"answer", now).map(|()| ((), None)))
+            .await
+            .unwrap();
+        assert_eq!(ids(&store).await, ["new", "old2"]);
+        // An answer too large to keep is noted without it: a retry is told so.
+        let big = vec![0u8; MAX_ANSWER_BYTES + 1];
+        store
+            .write(|db| record(db, "a", &key("big"), &big, now).map(|()| ((), None)))
+            .await
+            .unwrap();
+        let kept = store.kept_answer("a", &key("big")).await.unwrap_err();
+        assert!(matches!(kept, Error::AnswerNotKept { .. }), "{kept:?}");
+        // Ids are per client.
+        assert!(store.kept_answer("b", &key("new")).await.unwrap().is_none());
+        let other = RequestKey {
+            fingerprint: "g".into(),
+            ..key("new")
+        };
+        assert!(matches!(
+            store.kept_answer("a", &other).await,
+            Err(Error::RequestIdReused { .. })
+        ));
+        store.close().await;
+    }
+}

@@ -424,6 +424,59 @@ pub fn mask_of(offsets: &[(usize, usize)], spans: &[(usize, usize)]) -> (Vec<u8>
 mod tests {
     use super::*;
 
+    fn spec(mode: &str) -> TokenizationSpec {
+        TokenizationSpec::parse(
+            &json!({"input": "/in.jsonl", "tokenizer": "/m", "output_prefix": "/out/t", "mode": mode})
+                .to_string(),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn agentic_records_read_into_turns_with_their_calls_and_tools() {
+        let conversation = spec("conversation");
+        let record = json!({"id": "r", "messages": [{"role": "user", "content": "q"}],
+            "tools": [{"type": "function", "function": {"name": "f"}}],
+            "content": "", "tool_calls": [{"id": "c", "type": "function",
+                "function": {"name": "f", "arguments": "{}"}}], "finish_reason": "tool_calls"});
+        let read = parse(record.to_string().as_bytes(), 1, &conversation).unwrap();
+        let Body::Conversation(turns, request) = read.body else {
+            panic!("a conversation")
+        };
+        assert_eq!(turns[1]["tool_calls"], record["tool_calls"]);
+        assert_eq!(request.tools, Some(record["tools"].clone()));
+        // Mode completion has no text to train a tool call on.
+        let refused = parse(record.to_string().as_bytes(), 1, &spec("completion")).unwrap_err();
+        assert!(refused.contains("tool_calls"), "{refused}");
+        for (line, words) in [
+            (
+                json!({"messages": [{"role": "user", "content": "q"}, {"role": "assistant",
+                    "tool_calls": [{"id": "c", "function": {"name": "f", "arguments": "{oops"}}]}]}),
+                "messages[1].tool_calls[0].function.arguments: not JSON",
+            ),
+            (
+                json!({"messages": [{"role": "user", "content": "q"}, {"role": "tool", "content": "r"}]}),
+                "messages[1].tool_call_id: missing",
+            ),
+            (
+                json!({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]}),
+                "an image_url part",
+            ),
+            (
+                json!({"messages": [{"role": "user", "content": "q"}], "tools": "f"}),
+                "tools: expected a list",
+            ),
+            (
+                json!({"messages": [{"role": "user", "content": "q"}], "content": "",
+                       "tool_calls": [{"id": "c", "function": {"arguments": "{}"}}]}),
+                "tool_calls[0].function.name",
+            ),
+        ] {
+            let err = parse(line.to_string().as_bytes(), 1, &conversation).unwrap_err();
+            assert!(err.contains(words), "{line}: {err}");
+        }
+    }
+
     #[test]
     fn tokens_are_trained_on_when_they_start_in_a_span() {
         let offsets = [(0, 5), (5, 9), (9, 12), (12, 20), (20, 21)];
