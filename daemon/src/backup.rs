@@ -37,11 +37,16 @@ pub struct BackupInfo {
 
 /// A failed backup or restore, said for a person.
 #[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct BackupError(pub String);
+pub enum BackupError {
+    /// The target appeared meanwhile (another backup, another writer).
+    #[error("{0}")]
+    Exists(String),
+    #[error("{0}")]
+    Failed(String),
+}
 
 fn err(what: impl std::fmt::Display) -> BackupError {
-    BackupError(what.to_string())
+    BackupError::Failed(what.to_string())
 }
 
 /// The newest migration this binary knows.
@@ -119,29 +124,62 @@ pub async fn inspect(path: &Path, thorough: bool) -> Result<BackupInfo, BackupEr
     })
 }
 
-/// Backs the database at `db` up into `target` (which must not exist; its
-/// directory must). The staging file beside it is removed first if a dead
-/// backup left one.
-pub async fn backup(db: &Path, target: &Path) -> Result<BackupInfo, BackupError> {
-    let staging = crate::phase::files::staging_path(target);
-    match std::fs::symlink_metadata(&staging) {
-        Ok(m) if m.is_file() => std::fs::remove_file(&staging).map_err(err)?,
-        Ok(_) => {
-            return Err(err(format!(
-                "{} is in the way and is not a regular file",
-                staging.display()
-            )))
+/// The staging files of backups into `target`: `TARGET.todod-backup-PID-N`.
+fn staging_prefix(target: &Path) -> String {
+    format!("{}.todod-backup-", target.display())
+}
+
+/// Removes the staging files that dead daemons' backups into `target` left
+/// (a live process's are its own business).
+fn remove_dead_staging(target: &Path) {
+    let (Some(dir), Some(name)) = (target.parent(), target.file_name()) else {
+        return;
+    };
+    let prefix = format!("{}.todod-backup-", name.to_string_lossy());
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let file = entry.file_name().to_string_lossy().into_owned();
+        let Some(rest) = file.strip_prefix(&prefix) else {
+            continue;
+        };
+        let pid = rest.split('-').next().and_then(|p| p.parse::<u32>().ok());
+        let alive = pid.is_some_and(|p| Path::new(&format!("/proc/{p}")).exists());
+        if !alive && entry.file_type().is_ok_and(|t| t.is_file()) {
+            let _ = std::fs::remove_file(entry.path());
         }
-        Err(_) => {}
     }
-    let mut conn = open_read_only(db).await?;
-    sqlx::query("VACUUM INTO ?")
-        .bind(staging.display().to_string())
-        .execute(&mut conn)
-        .await
-        .map_err(|e| err(format!("the backup could not be written: {e}")))?;
-    conn.close().await.ok();
+}
+
+/// Backs the database at `db` up into `target` (which must not exist; its
+/// directory must). The copy is written to a staging file of its own beside
+/// the target (created exclusively, so that no other writer's file is ever
+/// touched), then linked into place.
+pub async fn backup(db: &Path, target: &Path) -> Result<BackupInfo, BackupError> {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    remove_dead_staging(target);
+    let staging = PathBuf::from(format!(
+        "{}{}-{}",
+        staging_prefix(target),
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    ));
+    // VACUUM INTO writes into an empty file: one made here, exclusively.
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&staging)
+        .map_err(|e| err(format!("{}: {e}", staging.display())))?;
     let published = async {
+        let mut conn = open_read_only(db).await?;
+        sqlx::query("VACUUM INTO ?")
+            .bind(staging.display().to_string())
+            .execute(&mut conn)
+            .await
+            .map_err(|e| err(format!("the backup could not be written: {e}")))?;
+        conn.close().await.ok();
         std::fs::File::open(&staging)
             .and_then(|f| f.sync_all())
             .map_err(err)?;
@@ -149,7 +187,7 @@ pub async fn backup(db: &Path, target: &Path) -> Result<BackupInfo, BackupError>
         crate::failpoint::hit("backup.staged");
         std::fs::hard_link(&staging, target).map_err(|e| {
             if e.kind() == std::io::ErrorKind::AlreadyExists {
-                err(format!(
+                BackupError::Exists(format!(
                     "{} appeared while the backup was written; not touched",
                     target.display()
                 ))
@@ -257,14 +295,24 @@ fn compare(file: &FileState) -> &'static str {
 
 /// Restores `file` as the database of `state_dir` (offline: no daemon may
 /// hold the directory). A directory that holds a database already is
-/// refused unless `force`. Returns the backup's contents and how the phase
+/// refused unless `force`, and the database replaced is kept beside it
+/// (`todod.db.replaced-TIME`, with its write-ahead log). Returns the backup's contents and how the phase
 /// outputs it knows compare with the disk.
 pub async fn restore(
     file: &Path,
     state_dir: &Path,
     force: bool,
 ) -> Result<(BackupInfo, Vec<OutputCheck>), BackupError> {
-    let info = inspect(file, true).await?;
+    let wal = PathBuf::from(format!("{}-wal", file.display()));
+    if std::fs::metadata(&wal).is_ok_and(|m| m.len() > 0) {
+        return Err(err(format!(
+            "{} has a write-ahead log beside it ({}): it is a live database, not a backup; \
+             make one with `todoctl backup`",
+            file.display(),
+            wal.display()
+        )));
+    }
+    inspect(file, false).await?;
     crate::config::ensure_state_dir(state_dir)
         .map_err(|e| err(format!("{}: {e}", state_dir.display())))?;
     let _lock = crate::config::lock_state_dir(state_dir).map_err(|e| {
@@ -285,9 +333,32 @@ pub async fn restore(
     std::fs::File::open(&staging)
         .and_then(|f| f.sync_all())
         .map_err(err)?;
-    // The old database's write-ahead log belongs to it, not to the backup.
-    for suffix in ["-wal", "-shm"] {
-        let _ = std::fs::remove_file(format!("{}{suffix}", db.display()));
+    // What goes in place is what was checked: the copy, thoroughly.
+    let info = match inspect(&staging, true).await {
+        Ok(info) => BackupInfo {
+            path: file.to_path_buf(),
+            ..info
+        },
+        Err(e) => {
+            let _ = std::fs::remove_file(&staging);
+            return Err(e);
+        }
+    };
+    // A replaced database is kept aside with its write-ahead log, never
+    // deleted: restoring the wrong file must not lose the right one.
+    if db.exists() {
+        let stamp: String = humantime::format_rfc3339_seconds(std::time::SystemTime::now())
+            .to_string()
+            .chars()
+            .filter(|c| *c != '-' && *c != ':')
+            .collect();
+        for suffix in ["", "-wal", "-shm"] {
+            let from = PathBuf::from(format!("{}{suffix}", db.display()));
+            if from.exists() {
+                let aside = format!("{}.replaced-{stamp}{suffix}", db.display());
+                std::fs::rename(&from, &aside).map_err(|e| err(format!("{aside}: {e}")))?;
+            }
+        }
     }
     std::fs::rename(&staging, &db).map_err(|e| err(format!("{}: {e}", db.display())))?;
     std::fs::File::open(state_dir)

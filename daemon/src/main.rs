@@ -191,6 +191,15 @@ async fn main() -> anyhow::Result<()> {
     let _lock = config::lock_state_dir(&state_dir)?;
     let db_path = state_dir.join(config::DATABASE_FILE);
     todod::backup::check_before_start(&db_path, &state_dir).await?;
+    if args.backup_every.is_some_and(|d| d.is_zero()) {
+        bail!("--backup-every: must be longer than zero");
+    }
+    if args.writer_stall.is_zero() || args.writer_stall >= std::time::Duration::from_secs(60) {
+        bail!(
+            "--writer-stall: must be between 0 and 60s (a write gives up waiting for the writer \
+             after 60s)"
+        );
+    }
     if let Some(dir) = &args.backup_dir {
         let dir = std::fs::canonicalize(dir)
             .with_context(|| format!("--backup-dir {}: not a directory", dir.display()))?;

@@ -56,6 +56,10 @@ pub enum ToolArguments {
     Text,
 }
 
+/// The request fields a line may carry beside its messages, in the order a
+/// request body has them.
+pub const REQUEST_FIELDS: [&str; 4] = ["tools", "documents", "tool_choice", "parallel_tool_calls"];
+
 /// What a request line carries beside its messages, each as it came.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Request {

@@ -107,6 +107,7 @@ async fn watchdog(
     store: Store,
     reporter: tonic_health::server::HealthReporter,
     bound: std::time::Duration,
+    stopping: Arc<tokio::sync::Mutex<bool>>,
     mut stop: watch::Receiver<bool>,
 ) {
     use tonic_health::ServingStatus;
@@ -134,19 +135,25 @@ async fn watchdog(
             _ = tick.tick() => {}
             _ = stop.wait_for(|stop| *stop) => return,
         }
-        match store.writer_stall(bound) {
-            Some(stall) if !stalled => {
+        let stall = store.writer_stall(bound);
+        if stall.is_some() == stalled {
+            continue;
+        }
+        let stopping = stopping.lock().await;
+        if *stopping {
+            return;
+        }
+        match stall {
+            Some(stall) => {
                 tracing::error!(%stall, "the daemon cannot serve writes: health is NOT_SERVING");
                 set(ServingStatus::NotServing).await;
-                stalled = true;
             }
-            None if stalled && !*stop.borrow() => {
+            None => {
                 tracing::warn!("writes go through again: health is SERVING");
                 set(ServingStatus::Serving).await;
-                stalled = false;
             }
-            _ => {}
         }
+        stalled = !stalled;
     }
 }
 
@@ -162,12 +169,21 @@ pub async fn run(
     let (reporter, health) = tonic_health::server::health_reporter();
     reporter.set_serving::<TodosServer<TodoService>>().await;
     let stopping_reporter = reporter.clone();
+    // Held while health changes: once stopping is set, nothing says SERVING.
+    let stopping = Arc::new(tokio::sync::Mutex::new(false));
+    let stopping_gate = stopping.clone();
     tokio::spawn(async move {
         shutdown.await;
         // Tell health checkers first, then stop accepting and end the streams.
+        let mut stopping = stopping_gate.lock().await;
+        *stopping = true;
         stopping_reporter
             .set_not_serving::<TodosServer<TodoService>>()
             .await;
+        stopping_reporter
+            .set_service_status("", tonic_health::ServingStatus::NotServing)
+            .await;
+        drop(stopping);
         let _ = stop_tx.send(true);
     });
     let stopped = |mut rx: watch::Receiver<bool>| async move {
@@ -177,6 +193,7 @@ pub async fn run(
         store.clone(),
         reporter.clone(),
         options.writer_stall.unwrap_or(WRITER_STALL),
+        stopping,
         stop_rx.clone(),
     ));
 

@@ -259,14 +259,24 @@ impl Todos for TodoService {
         let claim = crate::phase::spec::output_file("path", &path, false, &self.bounds)
             .map_err(|e| Status::from(e.renamed("spec.path", "path")))?;
         let target = std::path::PathBuf::from(&claim.path);
+        if let Some(task) = self.store.claimed_by(&claim.path).await? {
+            return Err(Status::from(Rule::PathTaken {
+                field: "path".into(),
+                path: claim.path.clone(),
+                why: format!("is an output of task {task}"),
+            }));
+        }
         let info = crate::backup::backup(self.store.path(), &target)
             .await
             .map_err(|e| {
                 tracing::error!(error = %e, target = %target.display(), "backup failed");
-                if e.0.contains("appeared while") {
-                    Status::already_exists(format!("path: {e}"))
-                } else {
-                    Status::internal("the backup could not be written; see the daemon's log")
+                match e {
+                    crate::backup::BackupError::Exists(_) => {
+                        Status::already_exists(format!("path: {e}"))
+                    }
+                    crate::backup::BackupError::Failed(_) => {
+                        Status::internal("the backup could not be written; see the daemon's log")
+                    }
                 }
             })?;
         if let Some(dir) = &self.bounds.state_dir {

@@ -88,23 +88,27 @@ impl RequestTemplate {
     pub fn body(&self, input_json: &str, fields: &RequestFields) -> Vec<u8> {
         let input_key = Self::input_key(self.api);
         if fields.iter().any(|(k, _)| self.fields.contains_key(*k)) {
-            // Rare: a prompt's own field replaces a run-wide one.
-            let mut body = self.fields.clone();
-            for (key, raw) in fields {
-                let value = serde_json::from_str(raw.get()).expect("raw JSON parses");
-                body.insert((*key).to_string(), value);
+            // Rare: a prompt's own field replaces a run-wide one. The head
+            // is made again without it, so that no key is given twice.
+            let mut shared = self.fields.clone();
+            for (key, _) in fields {
+                shared.remove(*key);
             }
-            let input = serde_json::from_str(input_json).expect("raw JSON parses");
-            body.insert(input_key.to_string(), input);
-            return serde_json::to_vec(&body).expect("a map serializes");
+            let mut head = serde_json::to_vec(&shared).expect("a map serializes");
+            head.pop();
+            return Self::assemble(&head, fields, input_key, input_json);
         }
+        Self::assemble(&self.head, fields, input_key, input_json)
+    }
+
+    fn assemble(head: &[u8], fields: &RequestFields, input_key: &str, input_json: &str) -> Vec<u8> {
         let extra: usize = fields
             .iter()
             .map(|(k, v)| k.len() + v.get().len() + 4)
             .sum();
         let mut body =
-            Vec::with_capacity(self.head.len() + extra + input_json.len() + input_key.len() + 5);
-        body.extend_from_slice(&self.head);
+            Vec::with_capacity(head.len() + extra + input_json.len() + input_key.len() + 5);
+        body.extend_from_slice(head);
         for (key, raw) in fields {
             body.extend_from_slice(format!(",\"{key}\":").as_bytes());
             body.extend_from_slice(raw.get().as_bytes());
@@ -768,10 +772,12 @@ impl StreamAccumulator {
     /// (an id a server repeats in every delta is taken once).
     fn take_call(&mut self, delta: &wire::Call<'_>) {
         let calls = &mut self.completion.tool_calls;
-        let index = delta.index.unwrap_or(if delta.id.is_some() {
-            calls.len()
-        } else {
-            calls.len().saturating_sub(1)
+        // Without an index: a new call when it brings an id of its own,
+        // else more of the last call.
+        let last_id = calls.last().map(|c| c.id.as_str());
+        let index = delta.index.unwrap_or(match delta.id.as_deref() {
+            Some(id) if Some(id) != last_id => calls.len(),
+            _ => calls.len().saturating_sub(1),
         });
         if index >= calls.len() {
             // An index far past the calls seen is a broken stream; it is

@@ -424,6 +424,18 @@ impl Store {
         .await
     }
 
+    /// The live task that claims `path` as an output, if any.
+    pub async fn claimed_by(&self, path: &str) -> Result<Option<TaskId>, Error> {
+        self.read(|db| {
+            db.query_row(
+                "SELECT task_id FROM phase_outputs WHERE path = ? AND active = 1",
+                &[path.into()],
+                |row| Ok(TaskId(row.int(0)?)),
+            )
+        })
+        .await
+    }
+
     /// Events in sequence order after `after_seq`, of one plan, one task, or all.
     pub async fn list_events(&self, filter: &EventFilter) -> Result<Vec<EventView>, Error> {
         self.read(|db| list_events(db, filter)).await

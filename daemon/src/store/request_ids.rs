@@ -15,7 +15,7 @@ pub const KEEP_MS: i64 = 24 * 3600 * 1000;
 
 /// Answers larger than this are not kept (a retry is then told the request
 /// was applied, and to read the state again).
-const MAX_ANSWER_BYTES: usize = 4 << 20;
+const MAX_ANSWER_BYTES: usize = 1 << 20;
 
 /// Expired ids removed per new one: pruning keeps pace with arrivals.
 const PRUNE_BATCH: i64 = 16;

@@ -70,12 +70,21 @@ impl WriterWatch {
         }
     }
 
-    /// The stall, if the oldest waiting write has waited longer than `bound`.
+    /// The stall, if the oldest waiting write has waited longer than
+    /// `bound`, or one write has held the writer that long (a write is
+    /// milliseconds: one that takes seconds is stuck, whether or not another
+    /// waits yet).
     pub(super) fn stall(&self, bound: Duration) -> Option<WriterStall> {
         let state = self.lock();
-        let oldest = *state.waiting.values().next()?;
-        let waited = oldest.elapsed();
-        (waited > bound).then(|| WriterStall {
+        let waited = state
+            .waiting
+            .values()
+            .next()
+            .map_or(Duration::ZERO, |oldest| oldest.elapsed());
+        let held = state
+            .holder
+            .map_or(Duration::ZERO, |(since, _)| since.elapsed());
+        (waited > bound || held > bound).then(|| WriterStall {
             waited,
             waiting: state.waiting.len(),
             holder: state

@@ -314,6 +314,17 @@ impl Adaptation {
             .tools
             .as_ref()
             .is_some_and(|t| t.as_array().is_some_and(|t| !t.is_empty()));
+        if self.spec.output_format != OutputFormat::Rendered {
+            // What goes to a chat API must be a request it takes (a ShareGPT
+            // tool turn that answers no call has no tool_call_id to send).
+            let as_sent = Value::Array(messages);
+            messages::check_messages(&as_sent, "messages", self.spec.tool_arguments)
+                .map_err(|e| format!("{e}; a chat API would refuse this request"))?;
+            messages = match as_sent {
+                Value::Array(messages) => messages,
+                _ => Vec::new(),
+            };
+        }
         let line = match self.spec.output_format {
             OutputFormat::Messages => {
                 let mut line = Map::new();

@@ -172,21 +172,23 @@ impl RecordPhase for Generation {
             Err(failed) => {
                 stats.failed += 1;
                 stats.last_error = failed.failure.to_string();
-                let input_key = match self.spec.api {
-                    Api::Chat => "messages",
-                    Api::Completions => "prompt",
+                let (messages, prompt_text) = match self.spec.api {
+                    Api::Chat => (Some(&*prompt.input), None),
+                    Api::Completions => (None, Some(&*prompt.input)),
                 };
                 // What a retry pass needs to send the same request again.
-                let mut line =
-                    json!({"id": prompt.id, "line": prompt.line, input_key: prompt.input});
-                for (key, raw) in &prompt.fields {
-                    line[*key] = serde_json::from_str(raw.get()).expect("raw JSON parses");
-                }
-                line["failure"] = json!({
-                    "error": failed.failure.to_string(), "attempts": failed.attempts,
-                    "endpoint": failed.endpoint,
-                });
-                files.line(FAILURES, &line)
+                let line = FailureLine {
+                    id: &prompt.id,
+                    line: prompt.line,
+                    messages,
+                    prompt: prompt_text,
+                    request: RequestFields(&prompt.fields),
+                    failure: json!({
+                        "error": failed.failure.to_string(), "attempts": failed.attempts,
+                        "endpoint": failed.endpoint,
+                    }),
+                };
+                files.record(FAILURES, &line)
             }
         }
     }
@@ -288,6 +290,20 @@ struct Record<'a> {
     endpoint: &'a str,
     latency_ms: u64,
     attempts: u32,
+}
+
+/// One line of the failures file: the prompt as it came, and its failure.
+#[derive(Serialize)]
+struct FailureLine<'a> {
+    id: &'a str,
+    line: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    messages: Option<&'a serde_json::value::RawValue>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    prompt: Option<&'a serde_json::value::RawValue>,
+    #[serde(flatten)]
+    request: RequestFields<'a>,
+    failure: Value,
 }
 
 /// A prompt's request fields, written as fields of the record.

@@ -23,14 +23,10 @@ pub struct Prompt {
     /// `messages` for chat, the `prompt` string for completions, as the JSON
     /// text the line had: sent on without being rebuilt.
     pub input: Box<RawValue>,
-    /// For chat, the line's own request fields (`tools`, `tool_choice`,
-    /// `parallel_tool_calls`, `documents`), sent with its request as they
-    /// came.
+    /// For chat, the line's own request fields (`messages::REQUEST_FIELDS`),
+    /// sent with its request as they came.
     pub fields: Vec<(&'static str, Box<RawValue>)>,
 }
-
-/// The request fields a chat prompt line may carry beside its messages.
-pub const REQUEST_FIELDS: [&str; 4] = ["tools", "tool_choice", "parallel_tool_calls", "documents"];
 
 /// A line that cannot be used, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -75,7 +71,7 @@ impl<'de> Visitor<'de> for FieldsSeed<'_> {
                 fields.prompt = Some(map.next_value()?);
             } else if key == "line" {
                 fields.line = Some(map.next_value()?);
-            } else if let Some(i) = REQUEST_FIELDS.iter().position(|k| *k == key) {
+            } else if let Some(i) = messages::REQUEST_FIELDS.iter().position(|k| *k == key) {
                 fields.request[i] = Some(map.next_value()?);
             } else {
                 map.next_value::<IgnoredAny>()?;
@@ -127,16 +123,20 @@ pub fn parse(
             let raw = fields
                 .messages
                 .ok_or_else(|| reject("messages: expected a non-empty array".into()))?;
-            let messages: Value = serde_json::from_str(raw.get()).expect("a raw value is JSON");
+            // A raw value can hold what a JSON tree refuses (a number out
+            // of range, nesting past serde_json's limit): a reject, as any
+            // line that cannot be read.
+            let tree = |raw: &RawValue, field: &str| -> Result<Value, Rejected> {
+                serde_json::from_str(raw.get())
+                    .map_err(|e| reject(format!("{field}: not JSON that can be read ({e})")))
+            };
+            let messages = tree(raw, "messages")?;
             messages::check_messages(&messages, "messages", ToolArguments::Object)
                 .map_err(reject)?;
             let mut object = serde_json::Map::new();
-            for (key, raw) in REQUEST_FIELDS.iter().zip(fields.request) {
+            for (key, raw) in messages::REQUEST_FIELDS.iter().zip(fields.request) {
                 if let Some(raw) = raw.filter(|r| r.get() != "null") {
-                    object.insert(
-                        (*key).to_string(),
-                        serde_json::from_str(raw.get()).expect("JSON"),
-                    );
+                    object.insert((*key).to_string(), tree(raw, key)?);
                     request_fields.push((*key, raw.to_owned()));
                 }
             }
@@ -205,6 +205,13 @@ mod tests {
                 ("tool_choice", r#""auto""#)
             ]
         );
+        let deep = format!(
+            r#"{{"messages": [{{"role": "user", "content": "q", "k": {}{}}}]}}"#,
+            "[".repeat(200),
+            "]".repeat(200)
+        );
+        let err = chat(&deep).unwrap_err();
+        assert!(err.reason.contains("messages: not JSON"), "{}", err.reason);
         for (line, words) in [
             (
                 r#"{"messages": [{"role": "user", "content": "q"}], "tools": "f"}"#,
@@ -217,6 +224,16 @@ mod tests {
             (
                 r#"{"messages": [{"role": "user", "content": "q"}], "parallel_tool_calls": 1}"#,
                 "parallel_tool_calls",
+            ),
+            // What a raw read takes and a JSON tree refuses: a reject of the
+            // line, never a panic of the run.
+            (
+                r#"{"messages": [{"role": "user", "content": "q", "k": 1e400}]}"#,
+                "messages: not JSON that can be read",
+            ),
+            (
+                r#"{"messages": [{"role": "user", "content": "q"}], "tools": [1e999]}"#,
+                "tools: not JSON that can be read",
             ),
         ] {
             let err = chat(line).unwrap_err();

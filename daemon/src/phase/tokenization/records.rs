@@ -97,7 +97,7 @@ pub fn parse(bytes: &[u8], number: u64, spec: &TokenizationSpec) -> Result<Recor
         match spec.mode {
             Mode::Completion if calls.is_some() => {
                 return Err(
-                    "tool_calls: a tool-call answer has no text to train on in mode completion;                      tokenize it in mode conversation"
+                    "tool_calls: a tool-call answer has no text to train on in mode completion; tokenize it in mode conversation"
                         .into(),
                 )
             }
@@ -148,7 +148,7 @@ pub fn parse(bytes: &[u8], number: u64, spec: &TokenizationSpec) -> Result<Recor
                     .find(|m| m["role"] == "assistant")
                     .ok_or("messages: no assistant message to take the completion from")?;
                 if messages::has_tool_calls(last) {
-                    return Err("messages: the last assistant turn is a tool call, with no text                                 to train on in mode completion; use mode conversation"
+                    return Err("messages: the last assistant turn is a tool call, with no text to train on in mode completion; use mode conversation"
                         .into());
                 }
                 Body::Text(messages::text(last.get("content")))
