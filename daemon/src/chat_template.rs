@@ -522,6 +522,23 @@ fn tojson(value: &Value, args: Rest<ValueOrKwargs>) -> Result<Value, Error> {
     Ok(Value::from(out))
 }
 
+/// Python's `json.dumps(value)` with its defaults (`", "` and `": "`
+/// between items, non-ASCII escaped, keys in their order): how a client SDK
+/// writes an arguments object as text.
+pub fn python_json(value: &serde_json::Value) -> String {
+    let style = JsonStyle {
+        ensure_ascii: true,
+        indent: None,
+        item_sep: ", ".to_owned(),
+        key_sep: ": ".to_owned(),
+        sort_keys: false,
+    };
+    let mut out = String::new();
+    // Every serde_json value is JSON serializable.
+    let _ = style.value(&mut out, &json_value(value), 0);
+    out
+}
+
 fn type_error(message: &str) -> Error {
     Error::new(ErrorKind::InvalidOperation, message.to_owned())
 }

@@ -371,60 +371,7 @@ fn normalised(message: &Value, arguments: ToolArguments) -> Value {
 /// `": "` between items, non-ASCII escaped): how an SDK turns an arguments
 /// object into text.
 pub fn python_json(value: &Value) -> String {
-    fn write(value: &Value, out: &mut String) {
-        match value {
-            Value::Object(map) => {
-                out.push('{');
-                for (i, (k, v)) in map.iter().enumerate() {
-                    if i > 0 {
-                        out.push_str(", ");
-                    }
-                    string(k, out);
-                    out.push_str(": ");
-                    write(v, out);
-                }
-                out.push('}');
-            }
-            Value::Array(items) => {
-                out.push('[');
-                for (i, v) in items.iter().enumerate() {
-                    if i > 0 {
-                        out.push_str(", ");
-                    }
-                    write(v, out);
-                }
-                out.push(']');
-            }
-            Value::String(s) => string(s, out),
-            other => out.push_str(&other.to_string()),
-        }
-    }
-    fn string(s: &str, out: &mut String) {
-        use std::fmt::Write as _;
-        out.push('"');
-        for c in s.chars() {
-            match c {
-                '"' => out.push_str("\\\""),
-                '\\' => out.push_str("\\\\"),
-                '\n' => out.push_str("\\n"),
-                '\r' => out.push_str("\\r"),
-                '\t' => out.push_str("\\t"),
-                '\u{8}' => out.push_str("\\b"),
-                '\u{c}' => out.push_str("\\f"),
-                c if (c as u32) < 0x20 || (c as u32) > 0x7f => {
-                    let mut units = [0u16; 2];
-                    for unit in c.encode_utf16(&mut units) {
-                        let _ = write!(out, "\\u{unit:04x}");
-                    }
-                }
-                c => out.push(c),
-            }
-        }
-        out.push('"');
-    }
-    let mut out = String::new();
-    write(value, &mut out);
-    out
+    crate::chat_template::python_json(value)
 }
 
 #[cfg(test)]

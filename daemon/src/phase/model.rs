@@ -36,6 +36,63 @@ impl Templates {
     }
 }
 
+/// How a phase renders one conversation: as transformers does with the
+/// request's `tools` and `documents`, the messages normalised as vLLM hands
+/// them to a text template, with the `tool_use` template for a conversation
+/// with tools when the model has one. Plain `{role, content}` turns with no
+/// tools take a shorter road to the same text.
+pub struct Conversation<'a> {
+    pub messages: &'a [Value],
+    pub request: &'a crate::messages::Request,
+    pub add_generation_prompt: bool,
+}
+
+impl Templates {
+    pub fn render(
+        &self,
+        conversation: Conversation<'_>,
+        arguments: crate::messages::ToolArguments,
+        variables: &Map<String, Value>,
+        now: crate::chat_template::Clock,
+    ) -> Result<String, crate::chat_template::RenderError> {
+        let Conversation {
+            messages,
+            request,
+            add_generation_prompt,
+        } = conversation;
+        let template = self.pick(request.tools.is_some());
+        if request.tools.is_none() && request.documents.is_none() {
+            if let Some(plain) = plain_turns(messages) {
+                return template.render_plain(&plain, add_generation_prompt, variables, now);
+            }
+        }
+        let normalised = crate::messages::for_template(messages, arguments);
+        template.render(&crate::chat_template::RenderInput {
+            messages: &normalised,
+            tools: request.tools.as_ref(),
+            documents: request.documents.as_ref(),
+            add_generation_prompt,
+            variables,
+            now,
+        })
+    }
+}
+
+/// `(role, content)` of each message when every one is exactly that and
+/// its content a string: what `render_plain` takes.
+fn plain_turns(messages: &[Value]) -> Option<Vec<(&str, &str)>> {
+    messages
+        .iter()
+        .map(|m| {
+            let m = m.as_object()?;
+            if m.len() != 2 {
+                return None;
+            }
+            Some((m.get("role")?.as_str()?, m.get("content")?.as_str()?))
+        })
+        .collect()
+}
+
 /// [`template`], with the model's `tool_use` template beside it when it
 /// has one and neither a file nor a name was asked for.
 pub fn templates(

@@ -19,7 +19,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
-use crate::chat_template::{Clock, RenderInput};
+use crate::chat_template::Clock;
 use crate::messages::{self, Request};
 use crate::phase::cursor::Line;
 use crate::phase::model::Templates;
@@ -169,39 +169,27 @@ fn sample_lines(lines: u64, count: u64, seed: u64) -> LineSet {
 }
 
 impl Adaptation {
-    /// Renders messages with the target's template, as transformers does
-    /// with `tools` and `documents` given (plain `{role, content}` turns
-    /// without them take a shorter road to the same text).
+    /// Renders messages with the target's template (`model::Templates::render`).
     fn render(
         &self,
         messages: &[Value],
         request: &Request,
         add_generation_prompt: bool,
     ) -> Result<String, String> {
-        let template = self
-            .template
-            .as_ref()
-            .expect("checked by the caller")
-            .pick(request.tools.is_some());
-        let refused = |e| format!("the target's chat template refuses it: {e}");
-        if request.tools.is_none() && request.documents.is_none() {
-            if let Some(plain) = plain_turns(messages) {
-                return template
-                    .render_plain(&plain, add_generation_prompt, &self.variables, self.now)
-                    .map_err(refused);
-            }
-        }
-        let normalised = messages::for_template(messages, self.spec.tool_arguments);
-        template
-            .render(&RenderInput {
-                messages: &normalised,
-                tools: request.tools.as_ref(),
-                documents: request.documents.as_ref(),
-                add_generation_prompt,
-                variables: &self.variables,
-                now: self.now,
-            })
-            .map_err(refused)
+        let templates = self.template.as_ref().expect("checked by the caller");
+        let conversation = crate::phase::model::Conversation {
+            messages,
+            request,
+            add_generation_prompt,
+        };
+        templates
+            .render(
+                conversation,
+                self.spec.tool_arguments,
+                &self.variables,
+                self.now,
+            )
+            .map_err(|e| format!("the target's chat template refuses it: {e}"))
     }
 
     fn adapt(&self, conversation: Conversation) -> Result<Adapted, String> {
@@ -354,21 +342,6 @@ impl Adaptation {
             tool_calls,
         })
     }
-}
-
-/// `(role, content)` of each message when every one is exactly that and
-/// its content a string: what `render_plain` takes.
-fn plain_turns(messages: &[Value]) -> Option<Vec<(&str, &str)>> {
-    messages
-        .iter()
-        .map(|m| {
-            let m = m.as_object()?;
-            if m.len() != 2 {
-                return None;
-            }
-            Some((m.get("role")?.as_str()?, m.get("content")?.as_str()?))
-        })
-        .collect()
 }
 
 /// A rendering cut right after the final message's content, as

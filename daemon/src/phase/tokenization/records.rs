@@ -13,7 +13,6 @@
 use serde_json::{json, Map, Value};
 
 use super::spec::{Mode, Reasoning, TokenizationSpec, TrainOn};
-use crate::chat_template::RenderInput;
 use crate::messages::{self, Request};
 use crate::phase::model::Templates;
 use crate::tokenizer::Tokenizer;
@@ -204,21 +203,22 @@ impl Tokenizing {
         request: &Request,
         add_generation_prompt: bool,
     ) -> Result<String, String> {
-        let template = self
+        let templates = self
             .template
             .as_ref()
-            .expect("conversation mode has a template")
-            .pick(request.tools.is_some());
-        let messages = messages::for_template(messages, self.spec.tool_arguments);
-        template
-            .render(&RenderInput {
-                messages: &messages,
-                tools: request.tools.as_ref(),
-                documents: request.documents.as_ref(),
-                add_generation_prompt,
-                variables: &self.variables,
-                now: self.now,
-            })
+            .expect("conversation mode has a template");
+        let conversation = crate::phase::model::Conversation {
+            messages,
+            request,
+            add_generation_prompt,
+        };
+        templates
+            .render(
+                conversation,
+                self.spec.tool_arguments,
+                &self.variables,
+                self.now,
+            )
             .map_err(|e| format!("the chat template refused it: {e}"))
     }
 
