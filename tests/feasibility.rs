@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 use todod_e2e::gen::write_prompts;
-use todod_e2e::mock_openai::{MockOpenAi, Settings};
+use todod_e2e::mock_openai::{Curve, MockOpenAi, Settings};
 use todod_e2e::{create_phase, proto, transition, wait_task, Client, RealDaemon, TestDaemon};
 
 /// A server of 4 slots: about 40 ms to the first token, then 400 tokens/s a
@@ -87,6 +87,7 @@ async fn the_knee_is_chosen_and_the_projection_holds_for_the_generation_that_fol
     let dir = tempfile::tempdir().unwrap();
     write_prompts(&dir.path().join("prompts.jsonl"), 600, false);
     let report = dir.path().join("feasibility.html");
+    let result_file = dir.path().join("feasibility.json");
     let daemon = TestDaemon::start().await;
     let mut c = daemon.client().await;
     // The feasibility task comes first and waits for the generation that
@@ -95,7 +96,7 @@ async fn the_knee_is_chosen_and_the_projection_holds_for_the_generation_that_fol
         &mut c,
         "run",
         "feasibility",
-        &sweep_spec(json!({"report": report, "max_concurrency": 32})),
+        &sweep_spec(json!({"report": report, "result_file": result_file, "max_concurrency": 32})),
         &[],
     )
     .await
@@ -123,7 +124,7 @@ async fn the_knee_is_chosen_and_the_projection_holds_for_the_generation_that_fol
     );
     // The levels measured, as the live progress announced them one by one,
     // are the result's; and the server had the last one's requests at once.
-    let measuring: Vec<u64> = todod_e2e::task_events(&mut c, &feasibility, "progress")
+    let mut measuring: Vec<u64> = todod_e2e::task_events(&mut c, &feasibility, "progress")
         .await
         .iter()
         .filter_map(|e| {
@@ -131,6 +132,9 @@ async fn the_knee_is_chosen_and_the_projection_holds_for_the_generation_that_fol
             (d["stage"] == "measuring").then(|| d["concurrency"].as_u64())?
         })
         .collect();
+    let n = measuring.len() as i64;
+    // The result lists them by concurrency, the ones between last measured.
+    measuring.sort_unstable();
     let levels: Vec<u64> = r["levels"]
         .as_array()
         .unwrap()
@@ -149,26 +153,52 @@ async fn the_knee_is_chosen_and_the_projection_holds_for_the_generation_that_fol
     );
     // Its last progress is where the sweep ended, not a level half done.
     let last = measured.progress.as_ref().unwrap();
-    let n = measuring.len() as i64;
     assert_eq!((last.done, last.total), (n, n), "{last:?}");
     assert!(
         last.detail_json.contains("\"stage\":\"decided\""),
         "{last:?}"
     );
-    assert_eq!(&levels[..3], &[1, 2, 4], "{levels:?}");
-    assert!(
-        levels.len() <= 5,
-        "the sweep stops at the plateau: {levels:?}"
+    // Past the knee two flat doublings (8, 16) stop the geometric sweep;
+    // between 2 and the best a level is measured too.
+    assert_eq!(
+        levels
+            .iter()
+            .filter(|c| c.is_power_of_two())
+            .copied()
+            .collect::<Vec<_>>(),
+        [1, 2, 4, 8, 16],
+        "{levels:?}"
     );
+    assert!(levels.len() <= 7, "{levels:?}");
     assert!(
-        r["sweep_stopped"].as_str().unwrap().contains("under 5%"),
+        r["sweep_stopped"]
+            .as_str()
+            .unwrap()
+            .contains("two doublings in a row"),
         "{}",
         r["sweep_stopped"]
+    );
+    // What the sweep cost, against the run it projects.
+    let cost = &r["sweep"];
+    let spent: f64 = r["levels"].as_array().unwrap().len() as f64;
+    assert!(cost["seconds"].as_f64().unwrap() > spent * 1.5, "{cost}");
+    assert!(cost["share_of_run"].as_f64().unwrap() > 0.0, "{cost}");
+    assert!(
+        r["projection"]["interval"]
+            .as_str()
+            .unwrap()
+            .contains("windows"),
+        "{r}"
     );
     assert_eq!(r["sample"]["seed"], 42);
     assert_eq!(r["records"], 600);
     // The output-length distribution the mock was built with: 10 to 50.
-    let chosen = &r["levels"][2];
+    let chosen = r["levels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["concurrency"] == 4)
+        .unwrap();
     let p50 = chosen["output_tokens"]["p50"].as_f64().unwrap();
     assert!((20.0..=40.0).contains(&p50), "median output length {p50}");
     assert!(chosen["e2e_seconds"]["p99"].as_f64().unwrap() > 0.0);
@@ -176,6 +206,11 @@ async fn the_knee_is_chosen_and_the_projection_holds_for_the_generation_that_fol
     assert!(chosen["bytes_per_record"].as_f64().unwrap() > 100.0);
     let html = std::fs::read_to_string(&report).expect("the report is written");
     assert!(html.contains("<svg") && html.contains("class=\"chosen\""));
+    let file: Value = serde_json::from_str(
+        &std::fs::read_to_string(&result_file).expect("the result is written"),
+    )
+    .expect("the result file is JSON");
+    assert_eq!(file, r, "the result file is the task's result");
 
     let generated = wait_ended(&mut c, "run", &generation).await;
     let wall = started.elapsed().as_secs_f64() / 3600.0;
@@ -581,6 +616,15 @@ async fn a_remeasure_holds_the_run_and_the_drift_check_follows_the_server_it_fou
     assert_eq!(last["drifting"], false, "{last}");
     let firings = todod_e2e::task_events(&mut c, &generation, "schedule_fired").await;
     assert_eq!(firings.len(), 1, "one slot, one firing");
+    // The schedule ended with the generation: nothing left to measure for.
+    let ended = todod_e2e::task_events(&mut c, &generation, "schedule_ended").await;
+    assert_eq!(ended.len(), 1, "{ended:?}");
+    assert_eq!(
+        done.schedule.as_ref().map(|s| s.next_fire_at.as_str()),
+        Some(""),
+        "{:?}",
+        done.schedule
+    );
     // The time the run was held is its wall time, but was not projected:
     // the result says how much, and compares without it.
     let projection = &result(&done)["projection"];
@@ -597,4 +641,202 @@ async fn a_remeasure_holds_the_run_and_the_drift_check_follows_the_server_it_fou
         "{last} against {fired}"
     );
     daemon.stop().await;
+}
+
+/// Requests a second of a server that is flat from 1 to 2, gains 40 % at 4
+/// and 30 % at 8, and is flat from there (linear between).
+fn plateau(n: usize) -> f64 {
+    let points = [
+        (1.0, 40.0),
+        (2.0, 40.0),
+        (4.0, 56.0),
+        (8.0, 72.8),
+        (16.0, 72.8),
+    ];
+    let n = (n as f64).max(1.0);
+    if n >= 16.0 {
+        return 72.8;
+    }
+    let i = points.iter().rposition(|p| p.0 <= n).unwrap();
+    let ((x0, y0), (x1, y1)) = (points[i], points[i + 1]);
+    y0 + (y1 - y0) * (n - x0) / (x1 - x0)
+}
+
+/// A plateau at low concurrency is not the server's best: the sweep goes
+/// on past the flat doubling from 1 to 2 and chooses a level within 10 % of
+/// the best throughput the server has.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plateau_at_low_concurrency_does_not_stop_the_sweep() {
+    let mock = MockOpenAi::start(Settings {
+        keep_bodies: false,
+        output_tokens: Some((20, 20)),
+        curve: Some(Curve {
+            rate: plateau,
+            jitter: 0.0,
+            epoch: Duration::from_secs(1),
+            seed: 0,
+        }),
+        ..Settings::default()
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    write_prompts(&dir.path().join("prompts.jsonl"), 400, false);
+    let daemon = TestDaemon::start().await;
+    let mut c = daemon.client().await;
+    let spec = sweep_spec(json!({
+        "prompts": dir.path().join("prompts.jsonl"),
+        "endpoints": [mock.url],
+        "model": "mock-model",
+        "max_concurrency": 32,
+        "window": {"min_requests": 32, "min_seconds": 0.8, "max_seconds": 30},
+    }));
+    let id = create(&mut c, "plateau", "feasibility", &spec, &[])
+        .await
+        .unwrap();
+    let task = wait_ended(&mut c, "plateau", &id).await;
+    assert_eq!(task.status, "completed", "{}", task.error);
+    let r = result(&task);
+    let levels = r["levels"].as_array().unwrap();
+    let tps = |l: &Value| l["output_tokens_per_second"].as_f64().unwrap();
+    let concurrency: Vec<u64> = levels
+        .iter()
+        .map(|l| l["concurrency"].as_u64().unwrap())
+        .collect();
+    assert!(
+        concurrency.contains(&8),
+        "it went past the plateau: {concurrency:?}"
+    );
+    let chosen = levels
+        .iter()
+        .find(|l| l["concurrency"] == r["choice"]["concurrency"])
+        .unwrap();
+    // The server's best: 72.8 requests a second of 20 tokens, and the best
+    // the sweep saw.
+    let best = levels.iter().map(tps).fold(0.0, f64::max);
+    for (what, best) in [("measured", best), ("the server's", 72.8 * 20.0)] {
+        assert!(
+            tps(chosen) >= 0.9 * best,
+            "chose {} at {:.0} tokens/s, {what} best is {best:.0}: {r:#}",
+            chosen["concurrency"],
+            tps(chosen)
+        );
+    }
+    println!(
+        "levels {concurrency:?}, chose {} ({:.0} tokens/s), sweep {:.1} s",
+        chosen["concurrency"],
+        tps(chosen),
+        r["sweep"]["seconds"].as_f64().unwrap()
+    );
+}
+
+/// kill -9 right after a re-measurement: the daemon that resumes the run
+/// holds it against what the re-measurement found (recorded with its
+/// firing), not against the sweep's projection; and the run completes with
+/// every record once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_kill_the_drift_check_keeps_the_remeasures_projection() {
+    let mock = MockOpenAi::start(four_slots()).await;
+    let dir = tempfile::tempdir().unwrap();
+    write_prompts(&dir.path().join("prompts.jsonl"), 350, false);
+    let state = tempfile::tempdir().unwrap();
+    let mut daemon = RealDaemon::spawn(state.path());
+    let mut c = daemon.client().await;
+    let spec = sweep_spec(json!({"concurrency": [4], "drift_after_seconds": 2}));
+    let feasibility = create(&mut c, "rk", "feasibility", &spec, &[])
+        .await
+        .unwrap();
+    let generation = create(
+        &mut c,
+        "rk",
+        "generation",
+        &generation_spec(dir.path(), &mock.url),
+        &[&feasibility],
+    )
+    .await
+    .unwrap();
+    wait_task(&mut c, "rk", &generation, |t| {
+        t.progress.as_ref().is_some_and(|p| p.done >= 60)
+    })
+    .await;
+    let feasible = result(&wait_ended(&mut c, "rk", &feasibility).await)["projection"]
+        ["records_per_second"]["value"]
+        .as_f64()
+        .unwrap();
+    // The server loses half its capacity; one re-measurement, two seconds
+    // from now (six cron fields: it fires once, then next year).
+    mock.set_capacity(2).await;
+    let at = std::time::SystemTime::now() + Duration::from_secs(2);
+    let secs = at.duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64;
+    let (day_secs, days) = (secs.rem_euclid(86_400), secs.div_euclid(86_400));
+    let (_, m, d) = civil_from_days(days);
+    let cron = format!(
+        "{} {} {} {d} {m} *",
+        day_secs % 60,
+        (day_secs / 60) % 60,
+        day_secs / 3600
+    );
+    c.set_schedule(proto::SetScheduleRequest {
+        task_id: generation.clone(),
+        cron,
+        action: "remeasure".into(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let fired = todod_e2e::wait_events(&mut c, "rk", &generation, "schedule_fired", 1).await;
+    daemon.kill9();
+    let fired: Value = serde_json::from_str(&fired[0].new_value).unwrap();
+    let found = fired["projection"]["records_per_second"]["value"]
+        .as_f64()
+        .unwrap_or_else(|| panic!("the re-measurement found a projection: {fired}"));
+    assert!(
+        found < 0.8 * feasible,
+        "half the slots: {found} against {feasible}"
+    );
+
+    let mut daemon = RealDaemon::spawn(state.path());
+    let mut c = daemon.client().await;
+    let done = wait_ended(&mut c, "rk", &generation).await;
+    assert_eq!(done.status, "completed", "{}", done.error);
+    assert_eq!(lines(&dir.path().join("out.jsonl")), 350);
+    // Every progress the second daemon reported is held against the
+    // re-measurement's projection.
+    let resumed = todod_e2e::task_events(&mut c, &generation, "resumed").await;
+    assert_eq!(resumed.len(), 1, "{resumed:?}");
+    let after: Vec<Value> = todod_e2e::task_events(&mut c, &generation, "progress")
+        .await
+        .iter()
+        .filter(|e| e.seq > resumed[0].seq)
+        .filter_map(|e| serde_json::from_str(&e.new_value).ok())
+        .filter(|d: &Value| d.get("projected_records_per_second").is_some())
+        .collect();
+    assert!(
+        !after.is_empty(),
+        "the resumed run reported against a projection"
+    );
+    for d in &after {
+        let projected = d["projected_records_per_second"]["value"].as_f64().unwrap();
+        assert_eq!(projected, found, "{d}");
+    }
+    // Held against the server it found, the halved run is no drift.
+    let drifts = todod_e2e::task_events(&mut c, &generation, "drift").await;
+    assert!(
+        drifts.iter().all(|e| e.seq < resumed[0].seq),
+        "a drift after the restart: {drifts:?}"
+    );
+    daemon.terminate();
+}
+
+/// Year, month, day of a count of days since 1970-01-01 (Howard Hinnant's
+/// civil_from_days).
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (yoe + era * 400 + i64::from(m <= 2), m, d)
 }

@@ -121,6 +121,12 @@ pub fn pipeline(tasks: &[todod_proto::Task]) -> String {
             }
         }
         if t.kind == "generation" && t.status == "in_progress" {
+            let detail: Value = p
+                .and_then(|p| serde_json::from_str(&p.detail_json).ok())
+                .unwrap_or_default();
+            if let Some(message) = detail["calibration"]["message"].as_str() {
+                parts.push(format!("calibration {}", escape(message)));
+            }
             if let (Some(h), Some(p)) = (&projection, p) {
                 let elapsed = elapsed_seconds(&t.started_at);
                 if let (Some(v), Some(lo), Some(hi), Some(e)) =
@@ -261,6 +267,33 @@ fn feasibility(v: &Value) -> String {
     }
     if let Some(why) = v["sweep_stopped"].as_str() {
         let _ = writeln!(out, "  stopped     {}", escape(why));
+    }
+    let between: Vec<String> = v["sweep"]["between"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|c| c.to_string())
+        .collect();
+    if !between.is_empty() {
+        let _ = writeln!(
+            out,
+            "  between     measured {} around the best",
+            between.join(", ")
+        );
+    }
+    if let Some(seconds) = f(&v["sweep"]["seconds"]) {
+        let share = f(&v["sweep"]["share_of_run"])
+            .map_or(String::new(), |s| format!(", {:.1}% of the run", s * 100.0));
+        let _ = writeln!(
+            out,
+            "  sweep cost  {}{share} (at most {:.0}% of it, or {})",
+            hours(seconds / 3600.0),
+            f(&v["sweep"]["max_share"]).unwrap_or(0.0) * 100.0,
+            hours(f(&v["sweep"]["min_seconds"]).unwrap_or(0.0) / 3600.0)
+        );
+    }
+    if let Some(method) = p["interval"].as_str() {
+        let _ = writeln!(out, "  interval    {}", escape(method));
     }
     let _ = writeln!(
         out,

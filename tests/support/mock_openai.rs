@@ -56,6 +56,44 @@ pub struct Settings {
     pub cold_requests: usize,
     pub cold_latency: Duration,
     pub cold_tokens: usize,
+    /// A throughput curve: how fast the server is with how many requests
+    /// in flight, and how it varies over time (see [`Curve`]).
+    pub curve: Option<Curve>,
+}
+
+/// A server whose rate depends on its load and varies over time: with `n`
+/// requests in flight it completes `rate(n)` requests a second (each takes
+/// `n / rate(n)`, after `latency`), times a factor drawn anew every `epoch`
+/// from `1 ± jitter`, seeded.
+#[derive(Debug, Clone, Copy)]
+pub struct Curve {
+    pub rate: fn(usize) -> f64,
+    pub jitter: f64,
+    pub epoch: Duration,
+    pub seed: u64,
+}
+
+impl Curve {
+    /// What a request that arrives `since` the server started, with
+    /// `in_flight` requests there (itself included), takes.
+    pub fn latency(&self, in_flight: usize, since: Duration) -> Duration {
+        let n = in_flight.max(1);
+        let epoch = (since.as_secs_f64() / self.epoch.as_secs_f64().max(1e-6)) as u64;
+        let factor = 1.0 + self.jitter * self.draw(epoch);
+        Duration::from_secs_f64(n as f64 / ((self.rate)(n) * factor).max(1e-6))
+    }
+
+    /// A uniform draw in [-1, 1] for `epoch` (SplitMix64 of seed and epoch).
+    fn draw(&self, epoch: u64) -> f64 {
+        let mut z = self
+            .seed
+            .wrapping_mul(0x9e37_79b9_7f4a_7c15)
+            .wrapping_add(epoch.wrapping_mul(0xbf58_476d_1ce4_e5b9));
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^= z >> 31;
+        (z >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0
+    }
 }
 
 impl Default for Settings {
@@ -69,6 +107,7 @@ impl Default for Settings {
             cold_requests: 0,
             cold_latency: Duration::ZERO,
             cold_tokens: 0,
+            curve: None,
         }
     }
 }
@@ -96,6 +135,8 @@ struct State {
     /// served), and the most there ever were.
     in_flight: AtomicUsize,
     max_in_flight: AtomicUsize,
+    /// When the server started, for a curve's epochs.
+    started: std::sync::OnceLock<std::time::Instant>,
 }
 
 /// Counts a request in flight until dropped.
@@ -142,6 +183,7 @@ impl MockOpenAi {
             capacity: settings.capacity,
             ..State::default()
         });
+        let _ = state.started.set(std::time::Instant::now());
         let capacity = Arc::new(Semaphore::new(settings.capacity));
         let slots = capacity.clone();
         let serving = state.clone();
@@ -364,6 +406,11 @@ async fn serve(
     }
     let model = request.body["model"].as_str().unwrap_or("mock").to_string();
     tokio::time::sleep(settings.latency).await;
+    if let Some(curve) = &settings.curve {
+        let since = state.started.get().map_or(Duration::ZERO, |t| t.elapsed());
+        let n = state.in_flight.load(Ordering::SeqCst);
+        tokio::time::sleep(curve.latency(n, since)).await;
+    }
     if cold {
         tokio::time::sleep(settings.cold_latency).await;
         state.cold_waited.fetch_add(1, Ordering::SeqCst);

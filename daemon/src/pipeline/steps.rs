@@ -62,6 +62,7 @@ impl StepKey {
                 "stream",
                 "api_key_env",
                 "report",
+                "result_file",
                 "budget",
             ],
             StepKey::Generation => &[
@@ -118,7 +119,8 @@ fn file_name(path: &std::path::Path) -> String {
 pub mod files {
     pub const PROMPTS: &str = "prompts.jsonl";
     pub const PROMPT_REJECTS: &str = "prompts.rejects.jsonl";
-    pub const FEASIBILITY_REPORT: &str = "feasibility.json";
+    pub const FEASIBILITY_REPORT: &str = "feasibility.html";
+    pub const FEASIBILITY_RESULT: &str = "feasibility.json";
     pub const COMPLETIONS: &str = "completions.jsonl";
     pub const FAILURES: &str = "completions.failures.jsonl";
     pub const GENERATION_REJECTS: &str = "completions.rejects.jsonl";
@@ -186,6 +188,7 @@ pub fn derive(p: &Pipeline) -> Vec<Step> {
     if p.runs(StepKey::Feasibility) {
         let mut spec = Map::new();
         spec.insert("report".into(), out(files::FEASIBILITY_REPORT));
+        spec.insert("result_file".into(), out(files::FEASIBILITY_RESULT));
         if !p.budget.is_empty() {
             spec.insert("budget".into(), Value::Object(p.budget.clone()));
         }
@@ -195,7 +198,11 @@ pub fn derive(p: &Pipeline) -> Vec<Step> {
             content: format!("Measure {model_label} and project the generation"),
             spec,
             depends_on: after(previous),
-            origins: vec![("report", "output_dir"), ("budget", "budget")],
+            origins: vec![
+                ("report", "output_dir"),
+                ("result_file", "output_dir"),
+                ("budget", "budget"),
+            ],
         });
         previous = Some(StepKey::Feasibility);
     }

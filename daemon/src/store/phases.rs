@@ -215,6 +215,12 @@ impl Store {
             if let Some(state) = state {
                 save_state(db, id, state)?;
             }
+            if to == Status::Completed {
+                // A finished generation has no run left to hold and measure.
+                if let Some(seq) = super::schedules::end_remeasures(db, id)? {
+                    last = Some(seq);
+                }
+            }
             Ok(((), last))
         })
         .await

@@ -95,6 +95,46 @@ fn set(
 /// Records a firing and moves the schedule to its next slot; a reopen
 /// reopens the task in the same transaction. Nothing happens when the
 /// schedule changed since it was found due (`due_at` is no longer its slot).
+/// Ends the `remeasure` schedule of a generation that completed, with its
+/// event; the sequence number of that event, if there was one to end.
+pub(super) fn end_remeasures(db: &mut Db, id: TaskId) -> Result<Option<i64>, Error> {
+    let live = db.query_row(
+        "SELECT 1 FROM schedules WHERE task_id = ? AND action = 'remeasure' \
+         AND next_fire_at IS NOT NULL",
+        &[id.0.into()],
+        |_| Ok(()),
+    )?;
+    if live.is_none() {
+        return Ok(None);
+    }
+    db.execute(
+        "UPDATE schedules SET next_fire_at = NULL WHERE task_id = ?",
+        &[id.0.into()],
+    )?;
+    let outcome = json!({
+        "action": "remeasure",
+        "ended": "the generation completed: its re-measurements end with it",
+        "next": null,
+    });
+    super::phases::record(db, id, "schedule_ended", Some(&outcome.to_string()), "").map(Some)
+}
+
+/// The newest re-measurement of `id` since `since_ms` that found a
+/// projection: the firing's outcome, as recorded.
+pub(super) fn last_remeasure(
+    db: &mut Db,
+    id: TaskId,
+    since_ms: i64,
+) -> Result<Option<String>, Error> {
+    db.query_row(
+        "SELECT new_value FROM events WHERE task_id = ? AND type = 'schedule_fired' \
+         AND at >= ? AND json_extract(new_value, '$.action') = 'remeasure' \
+         AND json_extract(new_value, '$.projection') IS NOT NULL ORDER BY seq DESC LIMIT 1",
+        &[id.0.into(), since_ms.into()],
+        |row| Ok(row.text(0)?.to_string()),
+    )
+}
+
 fn fired(
     db: &mut Db,
     id: TaskId,
@@ -204,6 +244,12 @@ impl Store {
             .map(Option::unwrap_or_default)
         })
         .await
+    }
+
+    /// The newest re-measurement of `id` since `since_ms` that found a
+    /// projection (see [`last_remeasure`]).
+    pub async fn last_remeasure(&self, id: TaskId, since_ms: i64) -> Result<Option<String>, Error> {
+        self.read(|db| last_remeasure(db, id, since_ms)).await
     }
 
     /// The earliest slot of any live task's schedule.

@@ -183,17 +183,22 @@ struct Done {
     result: Result<Sample, String>,
 }
 
-/// Runs one level: `c` requests in flight until the window is complete.
+/// Runs one level: `c` requests in flight until the window is complete,
+/// the prompts of the sample taken in turn from `first` on (each level goes
+/// on where the last one stopped, so that the sweep sees more of them).
+#[allow(clippy::too_many_arguments)]
 pub async fn level(
     spec: &GenerationSpec,
     client: Arc<InferenceClient>,
     template: Arc<RequestTemplate>,
     prompts: Arc<Vec<Prompt>>,
+    first: usize,
     c: usize,
     window: Window,
     deadline_seconds: u64,
 ) -> Level {
-    let next = Arc::new(AtomicUsize::new(0));
+    let began_level = Instant::now();
+    let next = Arc::new(AtomicUsize::new(first));
     let issuing = Arc::new(AtomicBool::new(true));
     let done: Arc<Mutex<Vec<Done>>> = Arc::new(Mutex::new(Vec::new()));
     let answered = Arc::new(AtomicUsize::new(0));
@@ -216,7 +221,8 @@ pub async fn level(
         );
         workers.spawn(async move {
             while issuing.load(Ordering::Acquire) {
-                let prompt = &prompts[next.fetch_add(1, Ordering::Relaxed) % prompts.len()];
+                let index = next.fetch_add(1, Ordering::Relaxed) % prompts.len();
+                let prompt = &prompts[index];
                 let started = Instant::now();
                 let result = client
                     .complete_with(&template, prompt.input.get(), &prompt.fields)
@@ -231,6 +237,9 @@ pub async fn level(
                             reasoning_tokens: usage.reasoning_tokens(),
                             length_finish: out.completion.finish_reason == "length",
                             bytes: record_bytes(&spec, prompt, &out),
+                            // Set once the window's opening is known.
+                            offset: 0.0,
+                            prompt: Some(index as u32),
                         }
                     })
                     .map_err(|failed| class(&failed.failure));
@@ -284,7 +293,10 @@ pub async fn level(
     let mut classes: BTreeMap<String, u64> = BTreeMap::new();
     for d in done.into_iter().filter(|d| started_in(d, closed)) {
         match d.result {
-            Ok(sample) => samples.push(sample),
+            Ok(mut sample) => {
+                sample.offset = d.started.duration_since(opened).as_secs_f64();
+                samples.push(sample)
+            }
             Err(class) => {
                 errors += 1;
                 *classes.entry(class).or_default() += 1;
@@ -299,6 +311,7 @@ pub async fn level(
         errors,
         error_classes: classes,
         samples,
+        wall_seconds: began_level.elapsed().as_secs_f64(),
     }
 }
 

@@ -9,10 +9,12 @@
 //! middle of a level measures that level again from the start, so no level
 //! mixes two runs. A retry after the task ended measures everything again.
 pub mod measure;
+pub mod projection;
 pub mod remeasure;
 mod report;
 pub mod spec;
 pub mod stats;
+pub mod sweep;
 pub mod vouch;
 
 use std::sync::Arc;
@@ -36,8 +38,16 @@ pub const DEFAULT_SEED: u64 = 0x7d0d_5eed;
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 struct Sweep {
     levels: Vec<Level>,
+    /// Why the geometric part of the sweep (1, 2, 4, ...) stopped.
     #[serde(default)]
     stopped_because: Option<String>,
+    /// The levels measured between the best and its neighbours, after.
+    #[serde(default)]
+    between: Vec<usize>,
+    /// Why the sweep stopped short of what it would have measured (its
+    /// cost bound).
+    #[serde(default)]
+    cut_short: Option<String>,
     /// What the first warm-up of this measurement said (later ones, on
     /// resume, go to the log), so that the result does not depend on how
     /// often the run was interrupted.
@@ -170,18 +180,99 @@ fn planned_levels(spec: &FeasibilitySpec) -> Vec<usize> {
     }
 }
 
-/// Why the sweep is over after these levels, if it is.
-fn sweep_over(spec: &FeasibilitySpec, levels: &[Figures]) -> Option<String> {
-    let last = levels.last()?;
-    if last.error_rate > spec.max_error_rate {
-        return stats::sweep_done(levels, spec.max_error_rate);
+fn rules(spec: &FeasibilitySpec) -> sweep::Rules {
+    sweep::Rules {
+        max_error_rate: spec.max_error_rate,
+        max_p99_latency_seconds: spec.max_p99_latency_seconds,
+        min_gain: spec.min_gain,
     }
-    // Only a geometric sweep stops at the plateau; given levels are all
-    // measured.
-    if spec.levels.is_none() {
-        return stats::sweep_done(levels, spec.max_error_rate);
+}
+
+/// The next level to measure, or `None` when the sweep is over (its reasons
+/// then set in `sweep`).
+fn next_level(
+    spec: &FeasibilitySpec,
+    sweep: &mut Sweep,
+    planned: &[usize],
+    records: u64,
+) -> Option<usize> {
+    if sweep.cut_short.is_some() {
+        return None;
     }
-    None
+    let measured = |c: usize| sweep.levels.iter().any(|l| l.concurrency == c);
+    let figures: Vec<Figures> = sweep.levels.iter().map(Level::figures).collect();
+    let next = if sweep.stopped_because.is_none() {
+        match planned.iter().copied().find(|&c| !measured(c)) {
+            Some(c) => Some(c),
+            None => {
+                sweep.stopped_because = Some(match &spec.levels {
+                    Some(_) => "every level given was measured".into(),
+                    None => format!("the level cap of {} was reached", spec.max_concurrency),
+                });
+                None
+            }
+        }
+    } else {
+        None
+    };
+    // Given levels are measured as given; a geometric sweep then measures
+    // between the best and its neighbours.
+    let next = next.or_else(|| {
+        if spec.levels.is_some() {
+            return None;
+        }
+        sweep::between(&figures, &rules(spec)).into_iter().next()
+    })?;
+    // Within the sweep's budget: what it spent and what the next level is
+    // likely to cost (as much as the last one did).
+    let spent: f64 = sweep.levels.iter().map(|l| l.wall_seconds).sum();
+    let likely = sweep.levels.last().map_or(0.0, |l| l.wall_seconds);
+    let run = projected_run_seconds(spec, &figures, records);
+    let allowed = sweep::allowed_seconds(run, spec.max_sweep_share, spec.min_sweep_seconds);
+    if !sweep.levels.is_empty() && spent + likely > allowed {
+        sweep.cut_short = Some(format!(
+            "the sweep's budget: {spent:.0} s spent, and concurrency {next} would take about \
+             {likely:.0} s more, over the {allowed:.0} s allowed ({:.0}% of the projected run, \
+             at least {:.0} s)",
+            spec.max_sweep_share * 100.0,
+            spec.min_sweep_seconds
+        ));
+        return None;
+    }
+    Some(next)
+}
+
+/// How long the run takes at the best level measured so far, roughly (the
+/// sweep's budget is a share of it).
+fn projected_run_seconds(spec: &FeasibilitySpec, figures: &[Figures], records: u64) -> Option<f64> {
+    let rules = rules(spec);
+    let best = figures
+        .iter()
+        .filter(|f| rules.usable(f) && f.requests_per_second > 0.0)
+        .map(|f| f.requests_per_second)
+        .max_by(f64::total_cmp)?;
+    Some(records as f64 / best)
+}
+
+/// What the sweep cost, for the result.
+fn cost(
+    spec: &FeasibilitySpec,
+    sweep: &Sweep,
+    projection: Option<&projection::Projection>,
+) -> Value {
+    let spent: f64 = sweep.levels.iter().map(|l| l.wall_seconds).sum();
+    let run = projection.map(|p| p.hours.value * 3600.0);
+    json!({
+        "seconds": spent,
+        "levels": sweep.levels.len(),
+        "between": sweep.between,
+        "projected_run_seconds": run,
+        "share_of_run": run.filter(|r| *r > 0.0).map(|r| spent / r),
+        "max_share": spec.max_sweep_share,
+        "min_seconds": spec.min_sweep_seconds,
+        "allowed_seconds": sweep::allowed_seconds(run, spec.max_sweep_share, spec.min_sweep_seconds),
+        "cut_short": sweep.cut_short,
+    })
 }
 
 fn summary(figures: &[Figures]) -> Value {
@@ -257,19 +348,21 @@ async fn run_inner(run: &RunContext, spec: FeasibilitySpec) -> Result<Ended, Str
         max_seconds: spec.max_seconds,
     };
     let planned = planned_levels(&spec);
-    for &c in &planned {
+    loop {
         let figures: Vec<Figures> = sweep.levels.iter().map(Level::figures).collect();
-        if sweep.stopped_because.is_some() {
+        let Some(c) = next_level(&spec, &mut sweep, &planned, records) else {
             break;
-        }
-        if sweep.levels.iter().any(|l| l.concurrency == c) {
-            continue;
-        }
+        };
+        let between = sweep.stopped_because.is_some();
         let note = json!({
             "stage": "measuring",
-            "message": format!("measuring concurrency {c}"),
+            "message": if between {
+                format!("measuring concurrency {c}, between the best level and a neighbour")
+            } else {
+                format!("measuring concurrency {c}")
+            },
             "done": sweep.levels.len(),
-            "total": planned.len(),
+            "total": planned.len().max(sweep.levels.len() + 1),
             "concurrency": c,
             "levels_done": sweep.levels.len(),
             "levels_planned": planned.len(),
@@ -278,11 +371,14 @@ async fn run_inner(run: &RunContext, spec: FeasibilitySpec) -> Result<Ended, Str
         if !progress(run, note).await? {
             return Ok(Ended::Stopped);
         }
+        // Each level goes on through the sample where the last one stopped.
+        let first = sweep.levels.iter().map(|l| l.requests as usize).sum();
         let measured = measure::level(
             &shape,
             client.clone(),
             template.clone(),
             sample.clone(),
+            first,
             c,
             window,
             spec.request_deadline_seconds,
@@ -293,18 +389,28 @@ async fn run_inner(run: &RunContext, spec: FeasibilitySpec) -> Result<Ended, Str
         };
         level.measured_by = run.attempt.clone();
         sweep.levels.push(level);
-        let figures: Vec<Figures> = sweep.levels.iter().map(Level::figures).collect();
-        sweep.stopped_because = sweep_over(&spec, &figures);
+        if between {
+            sweep.between.push(c);
+        } else {
+            // The geometric levels, in the order measured, decide its stop;
+            // given levels stop only on errors.
+            let geometric: Vec<Figures> = sweep
+                .levels
+                .iter()
+                .filter(|l| !sweep.between.contains(&l.concurrency))
+                .map(Level::figures)
+                .collect();
+            let why = sweep::stop_after(&geometric, &rules(&spec));
+            sweep.stopped_because = match (&spec.levels, why) {
+                (Some(_), Some(why)) if why.starts_with("errors") => Some(why),
+                (Some(_), _) => None,
+                (None, why) => why,
+            };
+        }
         state.set_stats(&sweep);
         if !commit(run, &state).await? {
             return Ok(Ended::Stopped);
         }
-    }
-    if sweep.stopped_because.is_none() {
-        sweep.stopped_because = Some(match &spec.levels {
-            Some(_) => "every level given was measured".into(),
-            None => format!("the level cap of {} was reached", spec.max_concurrency),
-        });
     }
     state.closed = true;
     state.complete = true;
@@ -329,15 +435,20 @@ async fn run_inner(run: &RunContext, spec: FeasibilitySpec) -> Result<Ended, Str
     if !progress(run, note).await? {
         return Ok(Ended::Stopped);
     }
+    // A re-measurement replaces its own earlier files; the first one never
+    // replaces a file it did not write (the same bytes, from an interrupted
+    // finish, are accepted).
+    let replace = state.pass > 0;
+    let result = decided.result.to_string();
     if let Some(path) = &spec.report {
         let html = report::html(&decided.result);
-        // A re-measurement replaces its own earlier report; the first one
-        // never replaces a file it did not write (the same bytes, from an
-        // interrupted finish, are accepted).
-        let replace = state.pass > 0;
-        report::write(run.fs.as_ref(), path, &html, replace)?;
+        report::write(run.fs.as_ref(), "report", path, html.as_bytes(), replace)?;
     }
-    let result = decided.result.to_string();
+    if let Some(path) = &spec.result_file {
+        let mut json = serde_json::to_vec_pretty(&decided.result).unwrap_or_default();
+        json.push(b'\n');
+        report::write(run.fs.as_ref(), "result file", path, &json, replace)?;
+    }
     Ok(if decided.reasons.is_empty() {
         Ended::Completed {
             result,
@@ -366,7 +477,10 @@ fn decide(
     usable: u64,
     seed: u64,
 ) -> Decided {
-    let figures: Vec<Figures> = sweep.levels.iter().map(Level::figures).collect();
+    // In order of concurrency: the levels measured between come last.
+    let mut levels: Vec<&Level> = sweep.levels.iter().collect();
+    levels.sort_by_key(|l| l.concurrency);
+    let figures: Vec<Figures> = levels.iter().map(|l| l.figures()).collect();
     let chosen = stats::choose(
         &figures,
         spec.choose,
@@ -383,9 +497,10 @@ fn decide(
         "sample": {"size": spec.sample_size.min(usable as usize), "seed": seed},
         "warmup": {"requests_per_endpoint": spec.warmup_requests, "max_tokens": spec.warmup_max_tokens, "notes": sweep.warmup_notes.clone().unwrap_or_default()},
         "levels": figures,
-        "sweep_stopped": sweep.stopped_because,
-        "measured_by": sweep.levels.iter().map(|l| json!({"concurrency": l.concurrency, "attempt": l.measured_by})).collect::<Vec<_>>(),
+        "sweep_stopped": sweep.cut_short.as_ref().or(sweep.stopped_because.as_ref()),
+        "measured_by": levels.iter().map(|l| json!({"concurrency": l.concurrency, "attempt": l.measured_by})).collect::<Vec<_>>(),
         "drift_after_seconds": spec.drift_after_seconds,
+        "calibrate_after_seconds": spec.calibrate_after_seconds,
         "budget": spec.budget,
     });
     match chosen {
@@ -402,11 +517,12 @@ fn decide(
             });
         }
         Some((index, why)) => {
-            let level = &sweep.levels[index];
+            let level = levels[index];
             result["choice"] = json!({"concurrency": level.concurrency, "why": why});
-            match stats::project(level, records, &spec.price, seed) {
+            let lengths = projection::prompt_lengths(sweep.levels.iter());
+            match projection::project(level, &lengths, records, &spec.price, seed) {
                 Some(projection) => {
-                    reasons = stats::verdict(&projection, &figures[index], &spec.budget);
+                    reasons = projection::verdict(&projection, &figures[index], &spec.budget);
                     result["projection"] = serde_json::to_value(&projection).unwrap_or_default();
                 }
                 None => reasons.push(format!(
@@ -416,6 +532,9 @@ fn decide(
             }
         }
     }
+    let projected: Option<projection::Projection> =
+        serde_json::from_value(result["projection"].clone()).ok();
+    result["sweep"] = cost(spec, sweep, projected.as_ref());
     result["verdict"] = json!(if reasons.is_empty() { "go" } else { "no-go" });
     result["reasons"] = json!(reasons);
     Decided { result, reasons }

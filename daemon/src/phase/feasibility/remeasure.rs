@@ -16,7 +16,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use super::stats::{self, Level};
+use super::projection::{self, Projection};
+use super::stats::Level;
 use super::vouch::{self, Vouch};
 use super::{measure, FeasibilitySpec, DEFAULT_SEED};
 use crate::domain::{Status, TaskId};
@@ -112,6 +113,7 @@ async fn inner(store: &Store, gates: &Gates, task: TaskId) -> Result<Value, Stri
         client,
         template,
         Arc::new(sample),
+        0,
         c,
         window,
         spec.request_deadline_seconds,
@@ -132,13 +134,13 @@ async fn inner(store: &Store, gates: &Gates, task: TaskId) -> Result<Value, Stri
         Ok(now) => left_of(&now.progress),
         Err(_) => left_of(&generation.progress),
     };
-    let projection = stats::project(&level, left, &spec.price, seed);
+    let lengths = projection::prompt_lengths([&level]);
+    let projection = projection::project(&level, &lengths, left, &spec.price, seed);
     if let Some(projection) = &projection {
         hold.rebase(Vouch {
-            task: vouch.task,
             concurrency: c,
             projection: projection.clone(),
-            drift_after_seconds: vouch.drift_after_seconds,
+            ..vouch.clone()
         });
     }
     let held = holding.elapsed().as_secs_f64();
@@ -168,7 +170,7 @@ fn outcome(
     vouch: &Vouch,
     sweep: Option<&str>,
     level: &Level,
-    projection: Option<&stats::Projection>,
+    projection: Option<&Projection>,
     left: u64,
     spec: &FeasibilitySpec,
     (drained, held): (f64, f64),

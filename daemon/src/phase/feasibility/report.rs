@@ -247,16 +247,24 @@ pub fn html(result: &Value) -> String {
 
 /// Writes the report at `path` through the staging file: it appears whole or
 /// not at all.
-pub fn write(fs: &dyn Fs, path: &Path, html: &str, replace: bool) -> Result<(), String> {
+/// Writes one of the phase's files (`what`: "report", "result file"),
+/// staged and published whole.
+pub fn write(
+    fs: &dyn Fs,
+    what: &str,
+    path: &Path,
+    bytes: &[u8],
+    replace: bool,
+) -> Result<(), String> {
     let fail = |e: std::io::Error| {
         format!(
-            "cannot write the report {}: {}",
+            "cannot write the {what} {}: {}",
             path.display(),
             crate::phase::spec::plain_io(&e)
         )
     };
     let mut staged = files::stage(fs, path).map_err(fail)?;
-    staged.write_all(html.as_bytes()).map_err(fail)?;
+    staged.write_all(bytes).map_err(fail)?;
     staged.finish().map_err(fail)?;
     files::publish(fs, path, replace).map_err(fail)
 }

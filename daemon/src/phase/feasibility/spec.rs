@@ -7,7 +7,8 @@ use std::path::PathBuf;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use super::stats::{Budget, Choose, Price};
+use super::projection::{Budget, Price};
+use super::stats::Choose;
 use crate::domain::{Error, TaskId};
 use crate::phase::spec::{self as check, Boundaries};
 use crate::store::Claim;
@@ -88,7 +89,17 @@ struct Raw {
     #[serde(default)]
     report: Option<PathBuf>,
     #[serde(default)]
+    result_file: Option<PathBuf>,
+    #[serde(default)]
     drift_after_seconds: Option<f64>,
+    #[serde(default)]
+    calibrate_after_seconds: Option<f64>,
+    #[serde(default)]
+    min_gain: Option<f64>,
+    #[serde(default)]
+    max_sweep_share: Option<f64>,
+    #[serde(default)]
+    min_sweep_seconds: Option<f64>,
     #[serde(default)]
     request_deadline_seconds: Option<i64>,
     // Read from the stored JSON by `registry::auto_start`; accepted here.
@@ -129,8 +140,21 @@ pub struct FeasibilitySpec {
     pub max_p99_latency_seconds: Option<f64>,
     pub budget: Budget,
     pub price: Price,
+    /// Where the report goes (HTML).
     pub report: Option<PathBuf>,
+    /// Where the result goes (JSON, as the task's result).
+    pub result_file: Option<PathBuf>,
     pub drift_after_seconds: f64,
+    /// How long into the generation its sustained rate is first held
+    /// against the projection (the calibration event).
+    pub calibrate_after_seconds: f64,
+    /// A doubling that gains less than this share of output tokens/s is
+    /// flat.
+    pub min_gain: f64,
+    /// The most the sweep may cost, as a share of the run it projects, and
+    /// the floor of that for tiny runs (seconds).
+    pub max_sweep_share: f64,
+    pub min_sweep_seconds: f64,
     pub request_deadline_seconds: u64,
 }
 
@@ -150,12 +174,28 @@ impl FeasibilitySpec {
         let mut spec = typed(raw, Some(bounds))?;
         let mut value: Value = serde_json::from_str(json).expect("parsed above");
         let mut claims = Vec::new();
-        if let Some(report) = &spec.report {
-            let overwrite = own.contains(&report.display().to_string());
-            let claim = check::output_file("report", report, overwrite, bounds)?;
-            spec.report = Some(PathBuf::from(&claim.path));
-            value["report"] = Value::String(claim.path.clone());
-            claims.push(claim);
+        for (field, path) in [
+            ("report", &mut spec.report),
+            ("result_file", &mut spec.result_file),
+        ] {
+            if let Some(file) = path {
+                let overwrite = own.contains(&file.display().to_string());
+                let claim = check::output_file(field, file, overwrite, bounds)?;
+                *file = PathBuf::from(&claim.path);
+                value[field] = Value::String(claim.path.clone());
+                claims.push(claim);
+            }
+        }
+        if let (Some(report), Some(result)) = (&spec.report, &spec.result_file) {
+            if report == result {
+                return Err(Error::invalid(
+                    "spec.result_file",
+                    format!(
+                        "is the report's path too ({}): name two files",
+                        report.display()
+                    ),
+                ));
+            }
         }
         if let ShapeSource::Inline(inline) = &spec.shape {
             value["prompts"] = Value::String(inline.prompts.display().to_string());
@@ -294,13 +334,26 @@ fn typed(raw: Raw, bounds: Option<&Boundaries>) -> Result<FeasibilitySpec, Error
             "min_seconds must be 0-3600 and max_seconds at least min_seconds, at most 7200",
         ));
     }
-    let drift_after = raw.drift_after_seconds.unwrap_or(180.0);
-    if !(0.0..=86_400.0).contains(&drift_after) {
-        return Err(Error::invalid(
-            "spec.drift_after_seconds",
-            "must be between 0 and 86400",
-        ));
-    }
+    let seconds = |name: &str, value: Option<f64>, default: f64| {
+        let v = value.unwrap_or(default);
+        if (0.0..=86_400.0).contains(&v) {
+            Ok(v)
+        } else {
+            Err(Error::invalid(
+                check::field(name),
+                format!("must be between 0 and 86400, not {v}"),
+            ))
+        }
+    };
+    let drift_after = seconds("drift_after_seconds", raw.drift_after_seconds, 180.0)?;
+    let calibrate_after = seconds(
+        "calibrate_after_seconds",
+        raw.calibrate_after_seconds,
+        120.0,
+    )?;
+    let min_sweep_seconds = seconds("min_sweep_seconds", raw.min_sweep_seconds, 120.0)?;
+    let min_gain = check::share("min_gain", raw.min_gain.unwrap_or(0.05))?;
+    let max_sweep_share = check::share("max_sweep_share", raw.max_sweep_share.unwrap_or(0.02))?;
     Ok(FeasibilitySpec {
         shape,
         records: raw
@@ -367,7 +420,12 @@ fn typed(raw: Raw, bounds: Option<&Boundaries>) -> Result<FeasibilitySpec, Error
             }
         },
         report: raw.report,
+        result_file: raw.result_file,
         drift_after_seconds: drift_after,
+        calibrate_after_seconds: calibrate_after,
+        min_gain,
+        max_sweep_share,
+        min_sweep_seconds,
         request_deadline_seconds: check::int_in(
             "request_deadline_seconds",
             raw.request_deadline_seconds.unwrap_or(600),

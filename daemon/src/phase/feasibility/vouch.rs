@@ -8,7 +8,7 @@ use std::collections::VecDeque;
 
 use serde_json::{json, Value};
 
-use super::stats::{Estimate, Projection};
+use super::projection::{Estimate, Projection};
 use crate::domain::{Kind, Status, TaskId};
 use crate::store::Store;
 
@@ -20,6 +20,9 @@ pub struct Vouch {
     pub projection: Projection,
     /// How long a drift must last before it is reported.
     pub drift_after_seconds: f64,
+    /// How long into the run its sustained rate is first held against the
+    /// projection (the calibration).
+    pub calibrate_after_seconds: f64,
 }
 
 impl Vouch {
@@ -30,6 +33,22 @@ impl Vouch {
             concurrency: value["choice"]["concurrency"].as_u64()? as usize,
             projection: serde_json::from_value(value["projection"].clone()).ok()?,
             drift_after_seconds: value["drift_after_seconds"].as_f64().unwrap_or(180.0),
+            calibrate_after_seconds: value["calibrate_after_seconds"].as_f64().unwrap_or(120.0),
+        })
+    }
+
+    /// This vouch held against what a re-measurement found instead: its
+    /// outcome as recorded in the firing's event (`None` if it found no
+    /// projection, or at another level).
+    pub fn rebased(&self, outcome: &str) -> Option<Vouch> {
+        let value: Value = serde_json::from_str(outcome).ok()?;
+        let concurrency = value["concurrency"].as_u64()? as usize;
+        if concurrency != self.concurrency {
+            return None;
+        }
+        Some(Vouch {
+            projection: serde_json::from_value(value["projection"].clone()).ok()?,
+            ..self.clone()
         })
     }
 }
@@ -65,6 +84,12 @@ pub async fn of(store: &Store, task: TaskId) -> Result<Option<Vouch>, String> {
     Ok(best.map(|(_, v)| v))
 }
 
+/// A unix time in ms as the API writes times.
+fn rfc3339(ms: i64) -> String {
+    let at = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms.max(0) as u64);
+    humantime::format_rfc3339_millis(at).to_string()
+}
+
 /// Tolerance around a projected interval before a figure counts as outside:
 /// a short window is noisier than the measurement it is compared with.
 const SLACK: f64 = 0.10;
@@ -84,6 +109,8 @@ pub struct Watch {
     first: Option<(f64, u64, u64)>,
     outside_since: Option<f64>,
     reported: bool,
+    /// The calibration's finding, once made: kept in every later progress.
+    calibration: Option<Value>,
 }
 
 /// What one look found.
@@ -93,6 +120,8 @@ pub struct Look {
     pub progress: Value,
     /// A `drift` event's payload, when a drift has lasted long enough.
     pub drift: Option<Value>,
+    /// A `calibration` event's payload, the once it is made.
+    pub calibration: Option<Value>,
 }
 
 impl Watch {
@@ -105,7 +134,60 @@ impl Watch {
             first: None,
             outside_since: None,
             reported: false,
+            calibration: None,
         }
+    }
+
+    /// The first minutes' sustained rate against the projection, once
+    /// `calibrate_after_seconds` have passed since the first look: on track,
+    /// or how much slower or faster, and the end re-projected from it.
+    fn calibrate(&mut self, now: f64, answered: u64, left: u64) -> Option<Value> {
+        let (t0, a0, _) = self.first?;
+        let span = now - t0;
+        if self.calibration.is_some() || span < self.vouch.calibrate_after_seconds || answered <= a0
+        {
+            return None;
+        }
+        let p = &self.vouch.projection.records_per_second;
+        let rate = (answered - a0) as f64 / span;
+        let eta = left as f64 / rate.max(1e-9);
+        let end = crate::store::now_ms() + (eta * 1000.0) as i64;
+        let inside = rate >= p.low && rate <= p.high;
+        let ratio = rate / p.value.max(1e-9);
+        let verdict = if inside {
+            "on track".to_string()
+        } else if ratio < 1.0 {
+            format!("{:.0}% slower than projected", (1.0 - ratio) * 100.0)
+        } else {
+            format!("{:.0}% faster than projected", (ratio - 1.0) * 100.0)
+        };
+        let message = format!(
+            "after {span:.0} s: {rate:.2} records/s against {:.2} projected ({:.2}-{:.2}): \
+             {verdict}{}",
+            p.value,
+            p.low,
+            p.high,
+            if inside {
+                String::new()
+            } else {
+                format!(
+                    "; the {left} records left re-projected to end at {}",
+                    rfc3339(end)
+                )
+            }
+        );
+        let found = json!({
+            "feasibility": self.vouch.task.to_string(),
+            "message": message,
+            "on_track": inside,
+            "after_seconds": span,
+            "records_per_second": {"actual": rate, "projected": p},
+            "ratio": ratio,
+            "eta_seconds": eta,
+            "projected_end": rfc3339(end),
+        });
+        self.calibration = Some(found.clone());
+        Some(found)
     }
 
     pub fn vouch(&self) -> &Vouch {
@@ -116,8 +198,9 @@ impl Watch {
     /// records (written or failed) and `tokens` output tokens in total, and
     /// `left` records still to do.
     pub fn look(&mut self, now: f64, answered: u64, tokens: u64, left: u64) -> Look {
-        let p = &self.vouch.projection;
         self.first.get_or_insert((now, answered, tokens));
+        let calibration = self.calibrate(now, answered, left);
+        let p = &self.vouch.projection;
         self.seen.push_back((now, answered, tokens));
         while self.seen.len() > 2 && now - self.seen[1].0 >= self.window {
             self.seen.pop_front();
@@ -128,6 +211,10 @@ impl Watch {
             "projected_hours": p.hours,
             "projected_eta_seconds": (left as f64 / p.records_per_second.value.max(1e-9)) as u64,
         });
+        if let Some(found) = &self.calibration {
+            progress["calibration"] =
+                json!({"message": found["message"], "on_track": found["on_track"]});
+        }
         let (t0, a0, k0) = self.seen[0];
         let span = now - t0;
         // Judge only a full window, and not the ramp-up of the run's start.
@@ -137,6 +224,7 @@ impl Watch {
             return Look {
                 progress,
                 drift: None,
+                calibration,
             };
         }
         let rate = (answered - a0) as f64 / span;
@@ -158,6 +246,7 @@ impl Watch {
             return Look {
                 progress,
                 drift: None,
+                calibration,
             };
         }
         let since = *self.outside_since.get_or_insert(now);
@@ -165,6 +254,7 @@ impl Watch {
             return Look {
                 progress,
                 drift: None,
+                calibration,
             };
         }
         self.reported = true;
@@ -199,6 +289,7 @@ impl Watch {
         Look {
             progress,
             drift: Some(drift),
+            calibration,
         }
     }
 }
@@ -241,9 +332,11 @@ mod tests {
                 input_tokens: e(10_000.0),
                 bytes: e(1e6),
                 cost: None,
+                interval: None,
                 assumptions: vec![],
             },
             drift_after_seconds: 30.0,
+            calibrate_after_seconds: 60.0,
         }
     }
 
@@ -298,5 +391,53 @@ mod tests {
             drift["message"].as_str().unwrap().contains("mean output"),
             "{drift}"
         );
+    }
+
+    #[test]
+    fn the_first_minutes_are_calibrated_once() {
+        // Projected 10/s, 9.7-10.3; calibrated after 60 s.
+        let calibrations = |rate: u64| {
+            let mut w = Watch::new(vouch(10.0));
+            (0..300u64)
+                .filter_map(|s| {
+                    let a = s * rate;
+                    w.look(s as f64, a, a * 100, 3000u64.saturating_sub(a))
+                        .calibration
+                })
+                .collect::<Vec<_>>()
+        };
+        let on_track = calibrations(10);
+        assert_eq!(on_track.len(), 1, "{on_track:?}");
+        assert_eq!(on_track[0]["on_track"], true);
+        assert!(on_track[0]["message"]
+            .as_str()
+            .unwrap()
+            .ends_with("on track"));
+        let slow = calibrations(8);
+        assert_eq!(slow.len(), 1);
+        let message = slow[0]["message"].as_str().unwrap();
+        assert!(message.contains("20% slower than projected"), "{message}");
+        assert!(message.contains("re-projected to end at"), "{message}");
+        // Kept in every progress after it.
+        let mut w = Watch::new(vouch(10.0));
+        let progress = (0..100u64)
+            .map(|s| w.look(s as f64, s * 8, s * 800, 1000).progress)
+            .last()
+            .unwrap();
+        assert_eq!(progress["calibration"]["on_track"], false);
+    }
+
+    #[test]
+    fn a_remeasures_outcome_rebases_the_vouch_at_its_level_only() {
+        let v = vouch(10.0);
+        let mut found = vouch(5.0).projection;
+        found.records = 400;
+        let outcome = json!({"concurrency": 4, "projection": found}).to_string();
+        let rebased = v.rebased(&outcome).expect("same level");
+        assert_eq!(rebased.projection.records_per_second.value, 5.0);
+        assert_eq!(rebased.task, v.task);
+        let other = json!({"concurrency": 8, "projection": found}).to_string();
+        assert!(v.rebased(&other).is_none());
+        assert!(v.rebased(r#"{"concurrency": 4, "error": "x"}"#).is_none());
     }
 }

@@ -81,8 +81,9 @@ struct Generation {
 /// re-measurement's.
 struct DriftCheck {
     watch: Option<Watch>,
-    /// A drift found at the last progress report, not yet recorded.
-    found: Option<Value>,
+    /// Drift and calibration events found at the last progress reports, not
+    /// yet recorded.
+    found: std::collections::VecDeque<(&'static str, Value)>,
     /// The gate's holds the check has started afresh after.
     holds_seen: u64,
 }
@@ -247,21 +248,20 @@ impl RecordPhase for Generation {
             if let (Value::Object(map), Value::Object(extra)) = (&mut progress, look.progress) {
                 map.extend(extra);
             }
-            if look.drift.is_some() {
-                check.found = look.drift;
-            }
+            check
+                .found
+                .extend(look.calibration.map(|c| ("calibration", c)));
+            check.found.extend(look.drift.map(|d| ("drift", d)));
         }
         progress
     }
 
     fn notice(&self, _progress: &Value) -> Option<(&'static str, Value)> {
-        let drift = self
-            .drift
+        self.drift
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .found
-            .take()?;
-        Some(("drift", drift))
+            .pop_front()
     }
 }
 
@@ -551,12 +551,21 @@ async fn run_inner(run: &RunContext, spec: GenerationSpec) -> Result<Ended, Stri
         }
         None => spec.prompts.clone(),
     };
-    // The projection holds for the level it was made at.
+    // The projection holds for the level it was made at; after a
+    // re-measurement of this run, it is what that one found.
     count_holds(run, &mut held).await;
-    let watch = held
-        .as_ref()
-        .filter(|h| h.vouch.concurrency == concurrency)
-        .map(|h| Watch::new(h.vouch.clone()));
+    let mut watch = None;
+    if let Some(h) = held.as_ref().filter(|h| h.vouch.concurrency == concurrency) {
+        let found = match run.store.last_remeasure(run.task, h.started_at_ms).await {
+            Ok(found) => found,
+            Err(e) => {
+                tracing::warn!(task = %run.task, error = %e, "cannot read the last re-measurement");
+                None
+            }
+        };
+        let base = found.and_then(|f| h.vouch.rebased(&f));
+        watch = Some(Watch::new(base.unwrap_or_else(|| h.vouch.clone())));
+    }
     let registration = run.gates.open(run.task, concurrency);
     let gate = registration.gate();
     let phase = Arc::new(Generation {
@@ -564,7 +573,7 @@ async fn run_inner(run: &RunContext, spec: GenerationSpec) -> Result<Ended, Stri
         spec: spec.clone(),
         drift: std::sync::Mutex::new(DriftCheck {
             watch,
-            found: None,
+            found: Default::default(),
             holds_seen: gate.holds_ended(),
         }),
         gate: gate.clone(),

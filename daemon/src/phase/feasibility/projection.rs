@@ -1,0 +1,534 @@
+//! The projection of a whole run from a measured level, with a 95 %
+//! interval, and the verdict against a budget. Plain logic, no I/O, seeded
+//! randomness.
+//!
+//! The rate comes from the level by Little's law (c requests in flight that
+//! take `mean(latency)` each complete `c / mean(latency)` a second), with the
+//! latency adjusted to the output length of the whole sample of prompts (a
+//! level's window sees only some of them); the lengths, tokens and bytes come
+//! from every prompt the sweep measured, a prompt's repeated answers
+//! averaged (at temperature > 0 they differ). The interval is the widest of:
+//! a bootstrap over the level's requests and the prompts' lengths; a
+//! t-interval over the rates of the level's consecutive windows (a server's
+//! rate varies between windows more than a bootstrap over one window shows);
+//! and the rate the window actually saw, for how well Little's law holds.
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::stats::{quantile, Figures, Level, SplitMix};
+
+/// A value with its 95 % interval.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Estimate {
+    pub value: f64,
+    pub low: f64,
+    pub high: f64,
+}
+
+/// What a whole run of `records` is projected to take.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Projection {
+    pub records: u64,
+    pub concurrency: usize,
+    pub hours: Estimate,
+    pub records_per_second: Estimate,
+    pub output_tokens: Estimate,
+    pub input_tokens: Estimate,
+    pub bytes: Estimate,
+    pub cost: Option<Estimate>,
+    /// How the interval was made (absent in projections of older versions).
+    #[serde(default)]
+    pub interval: Option<String>,
+    pub assumptions: Vec<String>,
+}
+
+/// What one prompt's answers measured, averaged over its answers.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Lengths {
+    pub output_tokens: f64,
+    pub input_tokens: f64,
+    pub bytes: f64,
+}
+
+/// Every prompt the sweep's levels answered, each once, its answers
+/// averaged; answers from before prompts were numbered count one each.
+pub fn prompt_lengths<'a>(levels: impl IntoIterator<Item = &'a Level>) -> Vec<Lengths> {
+    let mut by_prompt: BTreeMap<u32, (f64, f64, f64, f64)> = BTreeMap::new();
+    let mut unnumbered = Vec::new();
+    for level in levels {
+        for s in &level.samples {
+            let l = Lengths {
+                output_tokens: s.output_tokens as f64,
+                input_tokens: s.input_tokens as f64,
+                bytes: s.bytes as f64,
+            };
+            match s.prompt {
+                Some(p) => {
+                    let e = by_prompt.entry(p).or_default();
+                    e.0 += l.output_tokens;
+                    e.1 += l.input_tokens;
+                    e.2 += l.bytes;
+                    e.3 += 1.0;
+                }
+                None => unnumbered.push(l),
+            }
+        }
+    }
+    by_prompt
+        .into_values()
+        .map(|(o, i, b, n)| Lengths {
+            output_tokens: o / n,
+            input_tokens: i / n,
+            bytes: b / n,
+        })
+        .chain(unnumbered)
+        .collect()
+}
+
+/// The two-sided 97.5 % quantile of Student's t for `df` degrees of freedom.
+fn t975(df: usize) -> f64 {
+    const T: [f64; 10] = [
+        12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
+    ];
+    match df {
+        0 => f64::INFINITY,
+        1..=10 => T[df - 1],
+        _ => 1.96 + 2.4 / df as f64,
+    }
+}
+
+/// The most windows a level is split into, and the fewest answers each.
+const MAX_WINDOWS: usize = 8;
+const PER_WINDOW: usize = 8;
+
+/// How a level's latency follows output length: the least-squares slope of
+/// latency on output tokens (seconds a token), 0 when the lengths do not
+/// vary enough to say.
+fn seconds_per_token(level: &Level) -> f64 {
+    let n = level.samples.len() as f64;
+    if n < 8.0 {
+        return 0.0;
+    }
+    let mx = level
+        .samples
+        .iter()
+        .map(|s| s.output_tokens as f64)
+        .sum::<f64>()
+        / n;
+    let my = level.samples.iter().map(|s| s.latency).sum::<f64>() / n;
+    let (mut sxy, mut sxx) = (0.0, 0.0);
+    for s in &level.samples {
+        let dx = s.output_tokens as f64 - mx;
+        sxy += dx * (s.latency - my);
+        sxx += dx * dx;
+    }
+    if sxx < 1e-9 * n {
+        return 0.0;
+    }
+    (sxy / sxx).max(0.0)
+}
+
+/// Records a second at concurrency `c` from answers of mean latency
+/// `latency` and mean length `length`, for a set of mean length `target`.
+fn rate(c: f64, latency: f64, length: f64, target: f64, slope: f64) -> f64 {
+    let adjusted = (latency + slope * (target - length)).max(latency * 0.1);
+    c / adjusted.max(1e-9)
+}
+
+/// The level's rate in each of its consecutive windows (by when each
+/// request started), adjusted to the set's mean length like the point.
+pub fn window_rates(level: &Level, target: f64, slope: f64) -> Vec<f64> {
+    let n = level.samples.len();
+    let k = (n / PER_WINDOW).clamp(2, MAX_WINDOWS);
+    let span = level.window_seconds;
+    if span <= 0.0 || level.samples.iter().all(|s| s.offset <= 0.0) {
+        return Vec::new();
+    }
+    let mut sums = vec![(0.0f64, 0.0f64, 0usize); k];
+    for s in &level.samples {
+        let i = ((s.offset / span * k as f64) as usize).min(k - 1);
+        sums[i].0 += s.latency;
+        sums[i].1 += s.output_tokens as f64;
+        sums[i].2 += 1;
+    }
+    let c = level.concurrency as f64;
+    sums.iter()
+        .filter(|(_, _, m)| *m > 0)
+        .map(|&(lat, out, m)| {
+            let m = m as f64;
+            rate(c, lat / m, out / m, target, slope)
+        })
+        .collect()
+}
+
+/// Projects `records` records at `level`, the lengths taken from `lengths`
+/// (see the module's doc for the interval).
+pub fn project(
+    level: &Level,
+    lengths: &[Lengths],
+    records: u64,
+    price: &Price,
+    seed: u64,
+) -> Option<Projection> {
+    let n = level.samples.len();
+    if n == 0 || lengths.is_empty() {
+        return None;
+    }
+    let c = level.concurrency as f64;
+    let r = records as f64;
+    let slope = seconds_per_token(level);
+    let mean = |pick: &mut dyn FnMut() -> usize, of: usize, get: &dyn Fn(usize) -> f64| {
+        (0..of).map(|_| get(pick())).sum::<f64>() / of as f64
+    };
+    let latency = |i: usize| level.samples[i].latency;
+    let out = |i: usize| level.samples[i].output_tokens as f64;
+    let set =
+        |get: fn(&Lengths) -> f64| lengths.iter().map(get).sum::<f64>() / lengths.len() as f64;
+    let target = set(|l| l.output_tokens);
+    let mut seq = 0;
+    let mut next = || {
+        seq += 1;
+        (seq - 1) % n
+    };
+    let level_latency = mean(&mut next, n, &latency);
+    let level_length = mean(&mut next, n, &out);
+    let point_rate = rate(c, level_latency, level_length, target, slope);
+    let point = Draw::of(
+        point_rate,
+        r,
+        [target, set(|l| l.input_tokens), set(|l| l.bytes)],
+        price,
+    );
+    let mut rng = SplitMix(seed);
+    const ROUNDS: usize = 1000;
+    let p = lengths.len();
+    let draws: Vec<Draw> = (0..ROUNDS)
+        .map(|_| {
+            // The requests of the level, drawn together (a latency goes with
+            // its length), and the prompts of the set.
+            let picks: Vec<usize> = (0..n).map(|_| rng.below(n)).collect();
+            let lat = picks.iter().map(|&i| latency(i)).sum::<f64>() / n as f64;
+            let len = picks.iter().map(|&i| out(i)).sum::<f64>() / n as f64;
+            let prompts: Vec<&Lengths> = (0..p).map(|_| &lengths[rng.below(p)]).collect();
+            let avg =
+                |get: fn(&Lengths) -> f64| prompts.iter().map(|l| get(l)).sum::<f64>() / p as f64;
+            let target = avg(|l| l.output_tokens);
+            Draw::of(
+                rate(c, lat, len, target, slope),
+                r,
+                [target, avg(|l| l.input_tokens), avg(|l| l.bytes)],
+                price,
+            )
+        })
+        .collect();
+    let interval = |value: f64, get: fn(&Draw) -> f64| {
+        let mut v: Vec<f64> = draws.iter().map(get).collect();
+        v.sort_by(f64::total_cmp);
+        Estimate {
+            value,
+            low: quantile(&v, 0.025).min(value),
+            high: quantile(&v, 0.975).max(value),
+        }
+    };
+    let mut rate_estimate = interval(point.rate, |d| d.rate);
+    let mut method = vec![format!(
+        "bootstrap ({ROUNDS} resamples) over the level's {n} requests and the {p} prompts' lengths"
+    )];
+    // Between windows: the run's mean rate over its own windows against the
+    // mean of the level's k windows, by Student's t.
+    let windows = window_rates(level, target, slope);
+    if windows.len() >= 2 {
+        let k = windows.len() as f64;
+        let m = windows.iter().sum::<f64>() / k;
+        let sd = (windows.iter().map(|w| (w - m).powi(2)).sum::<f64>() / (k - 1.0)).sqrt();
+        let window_seconds = level.window_seconds / k;
+        let run_windows = (r / point.rate.max(1e-9) / window_seconds.max(1e-9)).max(1.0);
+        let half = t975(windows.len() - 1) * sd * (1.0 / k + 1.0 / run_windows).sqrt();
+        rate_estimate.low = rate_estimate.low.min(point.rate - half);
+        rate_estimate.high = rate_estimate.high.max(point.rate + half);
+        method.push(format!(
+            "widened by the spread of the rate between {} windows of {window_seconds:.1} s              (Student's t, {} df: ±{:.1}%)",
+            windows.len(),
+            windows.len() - 1,
+            100.0 * half / point.rate.max(1e-9)
+        ));
+    } else {
+        method.push("one window only: no spread between windows to widen by".into());
+    }
+    // The rate the window saw (completions over its length) covers how well
+    // Little's law holds for this server.
+    if level.window_seconds > 0.0 {
+        let seen = n as f64 / level.window_seconds;
+        if seen < rate_estimate.low || seen > rate_estimate.high {
+            method.push(format!(
+                "and by the rate the window saw ({seen:.2} records/s against {:.2} by Little's law)",
+                point.rate
+            ));
+        }
+        rate_estimate.low = rate_estimate.low.min(seen);
+        rate_estimate.high = rate_estimate.high.max(seen);
+    }
+    // Below a tenth of the point the run is not projectable: say so with
+    // a wide bound rather than a negative rate.
+    rate_estimate.low = rate_estimate.low.max(point.rate * 0.1);
+    let hours = Estimate {
+        value: point.hours,
+        low: r / rate_estimate.high / 3600.0,
+        high: r / rate_estimate.low / 3600.0,
+    };
+    let output = interval(point.output, |d| d.output);
+    let input = interval(point.input, |d| d.input);
+    let bytes = interval(point.bytes, |d| d.bytes);
+    let cost = point.cost.map(|value| {
+        let mut e = interval(value, |d| d.cost.unwrap_or(0.0));
+        // The hours' wider bounds priced, where the price is by the hour.
+        if let (Some(low), Some(high)) = (
+            price.cost(hours.low, output.low, input.low),
+            price.cost(hours.high, output.high, input.high),
+        ) {
+            e.low = e.low.min(low);
+            e.high = e.high.max(high);
+        }
+        e
+    });
+    Some(Projection {
+        records,
+        concurrency: level.concurrency,
+        hours,
+        records_per_second: rate_estimate,
+        output_tokens: output,
+        input_tokens: input,
+        bytes,
+        cost,
+        interval: Some(method.join("; ")),
+        assumptions: vec![
+            format!(
+                "the output lengths of the {p} prompts measured stand for the whole set"
+            ),
+            "the server stays as it was measured (no other load, same model and settings);              slower changes than the level's windows show are the drift check's to find"
+                .into(),
+            format!(
+                "the run keeps {} requests in flight throughout, by Little's law c / mean latency{}",
+                level.concurrency,
+                if slope > 0.0 {
+                    format!(", the latency adjusted by {:.1} ms an output token", slope * 1000.0)
+                } else {
+                    String::new()
+                }
+            ),
+        ],
+    })
+}
+
+/// One resample's projection.
+struct Draw {
+    hours: f64,
+    rate: f64,
+    output: f64,
+    input: f64,
+    bytes: f64,
+    cost: Option<f64>,
+}
+
+impl Draw {
+    /// At `rate` records a second, `records` records of these mean
+    /// [output tokens, input tokens, bytes].
+    fn of(rate: f64, records: f64, [output, input, bytes]: [f64; 3], price: &Price) -> Draw {
+        let hours = records / rate.max(1e-9) / 3600.0;
+        let (output, input) = (records * output, records * input);
+        Draw {
+            hours,
+            rate,
+            output,
+            input,
+            bytes: records * bytes,
+            cost: price.cost(hours, output, input),
+        }
+    }
+}
+
+/// Prices, when the spec gives them.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+pub struct Price {
+    #[serde(default)]
+    pub per_gpu_hour: Option<f64>,
+    #[serde(default)]
+    pub gpus: Option<f64>,
+    #[serde(default)]
+    pub per_million_output_tokens: Option<f64>,
+    #[serde(default)]
+    pub per_million_input_tokens: Option<f64>,
+}
+
+impl Price {
+    fn cost(&self, hours: f64, output: f64, input: f64) -> Option<f64> {
+        let mut total = None;
+        if let Some(p) = self.per_gpu_hour {
+            *total.get_or_insert(0.0) += p * self.gpus.unwrap_or(1.0) * hours;
+        }
+        if let Some(p) = self.per_million_output_tokens {
+            *total.get_or_insert(0.0) += p * output / 1e6;
+        }
+        if let Some(p) = self.per_million_input_tokens {
+            *total.get_or_insert(0.0) += p * input / 1e6;
+        }
+        total
+    }
+}
+
+/// A budget, all optional.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+pub struct Budget {
+    #[serde(default)]
+    pub max_hours: Option<f64>,
+    #[serde(default)]
+    pub max_bytes: Option<f64>,
+    #[serde(default)]
+    pub max_cost: Option<f64>,
+    #[serde(default)]
+    pub min_tokens_per_second: Option<f64>,
+}
+
+/// Go, or the reasons for no-go in plain words.
+pub fn verdict(projection: &Projection, chosen: &Figures, budget: &Budget) -> Vec<String> {
+    let mut reasons = Vec::new();
+    let p = projection;
+    if let Some(max) = budget.max_hours {
+        if p.hours.value > max {
+            reasons.push(format!(
+                "the run is projected to take {:.1} h ({:.1}-{:.1} h, 95%), over the budget of {max} h",
+                p.hours.value, p.hours.low, p.hours.high
+            ));
+        }
+    }
+    if let Some(max) = budget.max_bytes {
+        if p.bytes.value > max {
+            reasons.push(format!(
+                "the output is projected at {:.2} GB, over the budget of {:.2} GB",
+                p.bytes.value / 1e9,
+                max / 1e9
+            ));
+        }
+    }
+    if let (Some(max), Some(cost)) = (budget.max_cost, p.cost) {
+        if cost.value > max {
+            reasons.push(format!(
+                "the run is projected to cost {:.2} ({:.2}-{:.2}), over the budget of {max}",
+                cost.value, cost.low, cost.high
+            ));
+        }
+    }
+    if let Some(min) = budget.min_tokens_per_second {
+        if chosen.output_tokens_per_second < min {
+            reasons.push(format!(
+                "the server gives {:.0} output tokens/s at concurrency {}, under the {min} required",
+                chosen.output_tokens_per_second, chosen.concurrency
+            ));
+        }
+    }
+    reasons
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::phase::feasibility::stats::tests::level;
+
+    #[test]
+    fn the_projection_holds_its_point_inside_its_interval() {
+        let l = level(8, 2.0, 100, 400);
+        let lengths = prompt_lengths([&l]);
+        let p = project(&l, &lengths, 100_000, &Price::default(), 7).unwrap();
+        // 8 in flight at about 2 s each: 4 records/s, 100k in about 6.9 h.
+        assert!((p.records_per_second.value - 4.0).abs() < 0.1, "{p:?}");
+        assert!(
+            (p.hours.value - 100_000.0 / 4.0 / 3600.0).abs() < 0.2,
+            "{p:?}"
+        );
+        assert!(p.hours.low <= p.hours.value && p.hours.value <= p.hours.high);
+        assert_eq!(p.output_tokens.value, 10_000_000.0);
+        assert!(p.interval.as_deref().unwrap().contains("windows"), "{p:?}");
+        let again = project(&l, &lengths, 100_000, &Price::default(), 7).unwrap();
+        assert_eq!(p, again, "same samples, same seed, same interval");
+        let budget = Budget {
+            max_hours: Some(5.0),
+            ..Budget::default()
+        };
+        let reasons = verdict(&p, &l.figures(), &budget);
+        assert_eq!(reasons.len(), 1);
+        assert!(reasons[0].contains("over the budget of 5 h"), "{reasons:?}");
+    }
+
+    #[test]
+    fn a_rate_that_varies_between_windows_widens_the_interval() {
+        let steady = level(8, 1.0, 100, 400);
+        let mut varying = steady.clone();
+        for s in &mut varying.samples {
+            // The second half of the window is 20 % slower.
+            if s.offset >= varying.window_seconds / 2.0 {
+                s.latency *= 1.2;
+            }
+        }
+        let width = |l: &Level| {
+            let p = project(l, &prompt_lengths([l]), 10_000, &Price::default(), 1).unwrap();
+            (p.hours.high - p.hours.low) / p.hours.value
+        };
+        assert!(
+            width(&varying) > 2.0 * width(&steady),
+            "{} {}",
+            width(&varying),
+            width(&steady)
+        );
+    }
+
+    #[test]
+    fn lengths_come_from_every_prompt_measured_not_only_the_levels() {
+        // The level answered short prompts only; the set's other prompts,
+        // measured at another level, are four times as long. Latency grows
+        // with length: the projection must be slower than the level alone.
+        let mut short = level(4, 1.0, 50, 64);
+        for (i, s) in short.samples.iter_mut().enumerate() {
+            s.output_tokens = 40 + (i % 3) as u64 * 10;
+            s.latency = 0.2 + 0.016 * s.output_tokens as f64;
+        }
+        let mut long = level(1, 1.0, 200, 64);
+        for s in &mut long.samples {
+            s.prompt = s.prompt.map(|p| p + 1000);
+        }
+        let alone = project(
+            &short,
+            &prompt_lengths([&short]),
+            1000,
+            &Price::default(),
+            1,
+        )
+        .unwrap();
+        let both = project(
+            &short,
+            &prompt_lengths([&short, &long]),
+            1000,
+            &Price::default(),
+            1,
+        )
+        .unwrap();
+        assert!(
+            both.hours.value > 2.0 * alone.hours.value,
+            "{alone:?} {both:?}"
+        );
+        assert!(both.output_tokens.value > 2.0 * alone.output_tokens.value);
+    }
+
+    #[test]
+    fn repeated_answers_to_one_prompt_are_one_prompts_length() {
+        let mut l = level(1, 1.0, 100, 10);
+        for (i, s) in l.samples.iter_mut().enumerate() {
+            s.prompt = Some(if i < 9 { 0 } else { 1 });
+            s.output_tokens = if i < 9 { 10 } else { 190 };
+        }
+        let lengths = prompt_lengths([&l]);
+        assert_eq!(lengths.len(), 2);
+        let mean = lengths.iter().map(|l| l.output_tokens).sum::<f64>() / 2.0;
+        assert_eq!(mean, 100.0);
+    }
+}
