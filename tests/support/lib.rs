@@ -24,6 +24,7 @@ pub mod cli;
 pub mod fixtures;
 pub mod gen;
 mod kill;
+pub mod llama_server;
 pub mod lossy_proxy;
 pub mod megatron;
 pub mod mock_openai;

@@ -98,10 +98,6 @@ fn t975(df: usize) -> f64 {
     }
 }
 
-/// The most windows a level is split into, and the fewest answers each.
-const MAX_WINDOWS: usize = 8;
-const PER_WINDOW: usize = 8;
-
 /// How a level's latency follows output length: the least-squares slope of
 /// latency on output tokens (seconds a token), 0 when the lengths do not
 /// vary enough to say.
@@ -139,25 +135,15 @@ fn rate(c: f64, latency: f64, length: f64, target: f64, slope: f64) -> f64 {
 /// The level's rate in each of its consecutive windows (by when each
 /// request started), adjusted to the set's mean length like the point.
 pub fn window_rates(level: &Level, target: f64, slope: f64) -> Vec<f64> {
-    let n = level.samples.len();
-    let k = (n / PER_WINDOW).clamp(2, MAX_WINDOWS);
-    let span = level.window_seconds;
-    if span <= 0.0 || level.samples.iter().all(|s| s.offset <= 0.0) {
-        return Vec::new();
-    }
-    let mut sums = vec![(0.0f64, 0.0f64, 0usize); k];
-    for s in &level.samples {
-        let i = ((s.offset / span * k as f64) as usize).min(k - 1);
-        sums[i].0 += s.latency;
-        sums[i].1 += s.output_tokens as f64;
-        sums[i].2 += 1;
-    }
     let c = level.concurrency as f64;
-    sums.iter()
-        .filter(|(_, _, m)| *m > 0)
-        .map(|&(lat, out, m)| {
-            let m = m as f64;
-            rate(c, lat / m, out / m, target, slope)
+    level
+        .windows()
+        .iter()
+        .map(|w| {
+            let m = w.len() as f64;
+            let latency = w.iter().map(|s| s.latency).sum::<f64>() / m;
+            let length = w.iter().map(|s| s.output_tokens as f64).sum::<f64>() / m;
+            rate(c, latency, length, target, slope)
         })
         .collect()
 }

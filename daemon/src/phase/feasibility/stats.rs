@@ -104,9 +104,58 @@ pub struct Figures {
     pub length_finish_share: f64,
     pub reasoning_tokens_mean: Option<f64>,
     pub bytes_per_record: f64,
+    /// The standard error of `output_tokens_per_second`, from how it varied
+    /// between the level's windows (absent with a single window).
+    #[serde(default)]
+    pub output_tokens_per_second_se: Option<f64>,
 }
 
+/// The most windows a level is split into, and the fewest answers each.
+const MAX_WINDOWS: usize = 8;
+const PER_WINDOW: usize = 8;
+
 impl Level {
+    /// The level's answers in consecutive windows of equal length, by when
+    /// each started (at least two, at most eight, about eight answers
+    /// each); none when the answers do not say when they started.
+    pub fn windows(&self) -> Vec<Vec<&Sample>> {
+        let n = self.samples.len();
+        let span = self.window_seconds;
+        if n < 2 || span <= 0.0 || self.samples.iter().all(|s| s.offset <= 0.0) {
+            return Vec::new();
+        }
+        let k = (n / PER_WINDOW).clamp(2, MAX_WINDOWS);
+        let mut windows = vec![Vec::new(); k];
+        for s in &self.samples {
+            let i = ((s.offset / span * k as f64) as usize).min(k - 1);
+            windows[i].push(s);
+        }
+        windows.retain(|w| !w.is_empty());
+        windows
+    }
+
+    /// The standard error of the level's output tokens a second, from its
+    /// windows' rates.
+    fn output_rate_se(&self) -> Option<f64> {
+        let c = self.concurrency as f64;
+        let rates: Vec<f64> = self
+            .windows()
+            .iter()
+            .map(|w| {
+                let latency: f64 = w.iter().map(|s| s.latency).sum();
+                let tokens: f64 = w.iter().map(|s| s.output_tokens as f64).sum();
+                c * tokens / latency.max(1e-9)
+            })
+            .collect();
+        let k = rates.len() as f64;
+        if k < 2.0 {
+            return None;
+        }
+        let mean = rates.iter().sum::<f64>() / k;
+        let var = rates.iter().map(|r| (r - mean).powi(2)).sum::<f64>() / (k - 1.0);
+        Some((var / k).sqrt())
+    }
+
     pub fn figures(&self) -> Figures {
         let t = self.window_seconds.max(1e-9);
         let ok = self.samples.len() as f64;
@@ -157,6 +206,7 @@ impl Level {
             } else {
                 sum(&|s| s.bytes as f64) / ok
             },
+            output_tokens_per_second_se: self.output_rate_se(),
         }
     }
 }

@@ -71,7 +71,17 @@ pub fn stop_after(levels: &[Figures], rules: &Rules) -> Option<String> {
     }
     let (before, previous) = (levels.get(n.wrapping_sub(3)), &levels[n - 2]);
     let step = gain(previous, last);
-    if step < -rules.min_gain {
+    // A fall is one only if it is more than the two levels' noise (twice
+    // the standard error of their difference) says it could be by chance.
+    let noise = match (
+        previous.output_tokens_per_second_se,
+        last.output_tokens_per_second_se,
+    ) {
+        (Some(a), Some(b)) => 2.0 * (a * a + b * b).sqrt(),
+        _ => 0.0,
+    };
+    let fell = previous.output_tokens_per_second - last.output_tokens_per_second;
+    if step < -rules.min_gain && fell > noise {
         return Some(format!(
             "output tokens/s fell from {:.0} at concurrency {} to {:.0} at {}",
             previous.output_tokens_per_second,
@@ -184,6 +194,11 @@ mod tests {
     fn a_fall_errors_and_latency_stop_the_sweep() {
         let fell = [at(1, 100.0), at(2, 180.0), at(4, 150.0)];
         assert!(stop_after(&fell, &RULES).unwrap().contains("fell"));
+        // The same fall within the levels' noise is only a flat step.
+        let mut noisy = fell.clone();
+        noisy[1].output_tokens_per_second_se = Some(12.0);
+        noisy[2].output_tokens_per_second_se = Some(12.0);
+        assert_eq!(stop_after(&noisy, &RULES), None);
         let mut failing = at(4, 300.0);
         failing.error_rate = 0.2;
         let why = stop_after(&[at(1, 100.0), at(2, 180.0), failing], &RULES).unwrap();

@@ -1,0 +1,148 @@
+//! The feasibility sweep on a real server (llama.cpp's `llama-server`,
+//! SmolLM2-135M, `--parallel 8`, on this machine's CPU): the level it
+//! chooses is within 10 % of the best throughput a full sweep finds, and
+//! the generation it vouches for takes what it projected, within ±10 %.
+//!
+//! A test binary of its own, so that nothing else loads the machine while
+//! it measures. Without a built server `scripts/local-backend` builds it
+//! first; if it cannot, this test fails and says so.
+use serde_json::Value;
+use todod_e2e::fixtures::fixture;
+use todod_e2e::llama_server::LlamaServer;
+use todod_e2e::{create_phase, proto, wait_task, Client, TestDaemon};
+
+fn plan_file(out: &std::path::Path, url: &str) -> String {
+    format!(
+        r#"
+plan = "sweep"
+output_dir = "{out}"
+phases = ["adaptation", "feasibility", "generation"]
+
+[model]
+name = "smollm2"
+endpoints = ["{url}"]
+dir = "{dir}"
+
+[prompts]
+path = "{prompts}"
+format = "sharegpt"
+sample = 200
+seed = 5
+
+[sampling]
+temperature = 0.7
+
+[feasibility]
+seed = 3
+max_concurrency = 16
+window = {{ min_requests = 24, min_seconds = 4.0, max_seconds = 40.0 }}
+
+[generation]
+max_tokens = 48
+"#,
+        out = out.display(),
+        dir = fixture("smollm2").display(),
+        prompts = fixture("prompts/sharegpt.jsonl").display(),
+    )
+}
+
+async fn ended(c: &mut Client, plan: &str, id: &str) -> proto::Task {
+    let task = wait_task(c, plan, id, |t| {
+        ["completed", "failed", "cancelled"].contains(&t.status.as_str())
+    })
+    .await;
+    assert_eq!(task.status, "completed", "{id}: {}", task.error);
+    task
+}
+
+fn result(task: &proto::Task) -> Value {
+    serde_json::from_str(&task.result_json).unwrap()
+}
+
+/// Output tokens a second at each concurrency a result measured.
+fn throughput(result: &Value) -> Vec<(u64, f64)> {
+    result["levels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| {
+            (
+                l["concurrency"].as_u64().unwrap(),
+                l["output_tokens_per_second"].as_f64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sweep_chooses_near_the_best_level_and_projects_the_run() {
+    let server = LlamaServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let daemon = TestDaemon::start().await;
+    let mut c = daemon.client().await;
+    let applied = c
+        .apply_pipeline(proto::ApplyPipelineRequest {
+            spec_toml: plan_file(&out, &server.url),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let ids: Vec<String> = applied
+        .steps
+        .iter()
+        .map(|s| s.task.as_ref().unwrap().id.clone())
+        .collect();
+    let sweep = result(&ended(&mut c, "sweep", &ids[1]).await);
+    let generation = result(&ended(&mut c, "sweep", &ids[2]).await);
+    let chosen = sweep["choice"]["concurrency"].as_u64().unwrap();
+
+    // Then, with the server to itself again, every level from 1 to 16.
+    let full = serde_json::json!({
+        "prompts": out.join("prompts.jsonl"),
+        "endpoints": [server.url],
+        "model": "smollm2",
+        "params": {"temperature": 0.7},
+        "max_tokens": 48,
+        "concurrency": [1, 2, 4, 8, 16],
+        "seed": 3,
+        "window": {"min_requests": 24, "min_seconds": 4.0, "max_seconds": 40.0},
+    });
+    let id = create_phase(&mut c, "sweep", "feasibility", &full.to_string(), &[])
+        .await
+        .unwrap();
+    let full = result(&ended(&mut c, "sweep", &id).await);
+    let levels = throughput(&full);
+    let best = levels.iter().map(|l| l.1).fold(0.0, f64::max);
+    let at_chosen = levels.iter().find(|l| l.0 == chosen).map(|l| l.1);
+    let p = &generation["projection"];
+    let error = p["error"].as_f64().unwrap();
+    println!(
+        "sweep {:?} chose {chosen} ({}); full sweep {levels:?}; projected {:.0} s ({:.0}-{:.0}), \
+         actual {:.0} s, error {:+.1}%; the sweep cost {:.0} s",
+        throughput(&sweep),
+        sweep["sweep_stopped"],
+        p["projected_hours"]["value"].as_f64().unwrap() * 3600.0,
+        p["projected_hours"]["low"].as_f64().unwrap() * 3600.0,
+        p["projected_hours"]["high"].as_f64().unwrap() * 3600.0,
+        p["actual_hours"].as_f64().unwrap() * 3600.0,
+        error * 100.0,
+        sweep["sweep"]["seconds"].as_f64().unwrap(),
+    );
+    // Within 10 % of the best, measured by the full sweep at the level
+    // chosen (or, for a level between the full sweep's, by the sweep
+    // itself).
+    let tps =
+        at_chosen.unwrap_or_else(|| throughput(&sweep).iter().find(|l| l.0 == chosen).unwrap().1);
+    assert!(
+        tps >= 0.9 * best,
+        "chose concurrency {chosen} at {tps:.0} output tokens/s; the full sweep's best is \
+         {best:.0}: {levels:?}"
+    );
+    assert!(
+        error.abs() <= 0.10,
+        "the generation took {:+.1}% against its projection: {p}",
+        error * 100.0
+    );
+}
