@@ -26,7 +26,7 @@ dir = "{dir}"
 [prompts]
 path = "{prompts}"
 format = "sharegpt"
-sample = 200
+sample = 120
 seed = 5
 
 [sampling]

@@ -184,21 +184,21 @@ struct Done {
 }
 
 /// Runs one level: `c` requests in flight until the window is complete,
-/// the prompts of the sample taken in turn from `first` on (each level goes
-/// on where the last one stopped, so that the sweep sees more of them).
-#[allow(clippy::too_many_arguments)]
+/// the prompts of the sample taken in turn from the first. Every level asks
+/// the same prompts in the same order, so that levels compare on the same
+/// work: a level given other prompts (longer inputs, answers that end
+/// sooner) would differ by its prompts as much as by its concurrency.
 pub async fn level(
     spec: &GenerationSpec,
     client: Arc<InferenceClient>,
     template: Arc<RequestTemplate>,
     prompts: Arc<Vec<Prompt>>,
-    first: usize,
     c: usize,
     window: Window,
     deadline_seconds: u64,
 ) -> Level {
     let began_level = Instant::now();
-    let next = Arc::new(AtomicUsize::new(first));
+    let next = Arc::new(AtomicUsize::new(0));
     let issuing = Arc::new(AtomicBool::new(true));
     let done: Arc<Mutex<Vec<Done>>> = Arc::new(Mutex::new(Vec::new()));
     let answered = Arc::new(AtomicUsize::new(0));

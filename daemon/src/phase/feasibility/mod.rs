@@ -371,14 +371,11 @@ async fn run_inner(run: &RunContext, spec: FeasibilitySpec) -> Result<Ended, Str
         if !progress(run, note).await? {
             return Ok(Ended::Stopped);
         }
-        // Each level goes on through the sample where the last one stopped.
-        let first = sweep.levels.iter().map(|l| l.requests as usize).sum();
         let measured = measure::level(
             &shape,
             client.clone(),
             template.clone(),
             sample.clone(),
-            first,
             c,
             window,
             spec.request_deadline_seconds,

@@ -113,7 +113,6 @@ async fn inner(store: &Store, gates: &Gates, task: TaskId) -> Result<Value, Stri
         client,
         template,
         Arc::new(sample),
-        0,
         c,
         window,
         spec.request_deadline_seconds,
