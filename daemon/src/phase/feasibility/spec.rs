@@ -351,7 +351,7 @@ fn typed(raw: Raw, bounds: Option<&Boundaries>) -> Result<FeasibilitySpec, Error
         raw.calibrate_after_seconds,
         120.0,
     )?;
-    let min_sweep_seconds = seconds("min_sweep_seconds", raw.min_sweep_seconds, 120.0)?;
+    let min_sweep_seconds = seconds("min_sweep_seconds", raw.min_sweep_seconds, 300.0)?;
     let min_gain = check::share("min_gain", raw.min_gain.unwrap_or(0.05))?;
     let max_sweep_share = check::share("max_sweep_share", raw.max_sweep_share.unwrap_or(0.02))?;
     Ok(FeasibilitySpec {
