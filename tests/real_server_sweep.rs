@@ -35,6 +35,8 @@ temperature = 0.7
 [feasibility]
 seed = 3
 max_concurrency = 16
+# Bounds the test's time on CI; the default floor is 300 s.
+min_sweep_seconds = 150
 window = {{ min_requests = 24, min_seconds = 4.0, max_seconds = 40.0 }}
 
 [generation]
