@@ -38,7 +38,7 @@ async fn the_interval_holds_on_a_server_that_varies_between_windows() {
         })
         .await;
         let dir = tempfile::tempdir().unwrap();
-        write_prompts(&dir.path().join("prompts.jsonl"), 250, false);
+        write_prompts(&dir.path().join("prompts.jsonl"), 400, false);
         let plan = format!("interval-{seed}");
         let spec = json!({
             "concurrency": [8],

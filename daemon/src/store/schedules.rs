@@ -92,9 +92,6 @@ fn set(
     Ok((task_by_id(db, id)?, applied.last_seq))
 }
 
-/// Records a firing and moves the schedule to its next slot; a reopen
-/// reopens the task in the same transaction. Nothing happens when the
-/// schedule changed since it was found due (`due_at` is no longer its slot).
 /// Ends the `remeasure` schedule of a generation that completed, with its
 /// event; the sequence number of that event, if there was one to end.
 pub(super) fn end_remeasures(db: &mut Db, id: TaskId) -> Result<Option<i64>, Error> {
@@ -135,6 +132,24 @@ pub(super) fn last_remeasure(
     )
 }
 
+/// The value of the newest event of `kind` on `id` since `since_ms`.
+fn newest_event(
+    db: &mut Db,
+    id: TaskId,
+    kind: &str,
+    since_ms: i64,
+) -> Result<Option<String>, Error> {
+    db.query_row(
+        "SELECT new_value FROM events WHERE task_id = ? AND type = ? AND at >= ? \
+         ORDER BY seq DESC LIMIT 1",
+        &[id.0.into(), kind.into(), since_ms.into()],
+        |row| Ok(row.text(0)?.to_string()),
+    )
+}
+
+/// Records a firing and moves the schedule to its next slot; a reopen
+/// reopens the task in the same transaction. Nothing happens when the
+/// schedule changed since it was found due (`due_at` is no longer its slot).
 fn fired(
     db: &mut Db,
     id: TaskId,
@@ -250,6 +265,17 @@ impl Store {
     /// projection (see [`last_remeasure`]).
     pub async fn last_remeasure(&self, id: TaskId, since_ms: i64) -> Result<Option<String>, Error> {
         self.read(|db| last_remeasure(db, id, since_ms)).await
+    }
+
+    /// The value of the newest `calibration` event of `id` since `since_ms`:
+    /// a run calibrated once is not calibrated again after a restart.
+    pub async fn last_calibration(
+        &self,
+        id: TaskId,
+        since_ms: i64,
+    ) -> Result<Option<String>, Error> {
+        self.read(|db| newest_event(db, id, "calibration", since_ms))
+            .await
     }
 
     /// The earliest slot of any live task's schedule.

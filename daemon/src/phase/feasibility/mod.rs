@@ -48,6 +48,9 @@ struct Sweep {
     /// cost bound).
     #[serde(default)]
     cut_short: Option<String>,
+    /// What the sweep was last allowed to spend, in seconds.
+    #[serde(default)]
+    allowed_seconds: Option<f64>,
     /// What the first warm-up of this measurement said (later ones, on
     /// resume, go to the log), so that the result does not depend on how
     /// often the run was interrupted.
@@ -229,6 +232,7 @@ fn next_level(
     let likely = sweep.levels.last().map_or(0.0, |l| l.wall_seconds);
     let run = projected_run_seconds(spec, &figures, records);
     let allowed = sweep::allowed_seconds(run, spec.max_sweep_share, spec.min_sweep_seconds);
+    sweep.allowed_seconds = Some(allowed);
     if !sweep.levels.is_empty() && spent + likely > allowed {
         sweep.cut_short = Some(format!(
             "the sweep's budget: {spent:.0} s spent, and concurrency {next} would take about \
@@ -270,7 +274,7 @@ fn cost(
         "share_of_run": run.filter(|r| *r > 0.0).map(|r| spent / r),
         "max_share": spec.max_sweep_share,
         "min_seconds": spec.min_sweep_seconds,
-        "allowed_seconds": sweep::allowed_seconds(run, spec.max_sweep_share, spec.min_sweep_seconds),
+        "allowed_seconds": sweep.allowed_seconds,
         "cut_short": sweep.cut_short,
     })
 }

@@ -111,13 +111,17 @@ pub struct Figures {
 }
 
 /// The most windows a level is split into, and the fewest answers each.
-const MAX_WINDOWS: usize = 8;
+/// Few and long: adjacent short windows move together (a server's swings
+/// outlast them), and their spread would understate how the run varies
+/// (see `projection.rs` for how it widens the interval).
+const MAX_WINDOWS: usize = 4;
 const PER_WINDOW: usize = 8;
 
 impl Level {
     /// The level's answers in consecutive windows of equal length, by when
-    /// each started (at least two, at most eight, about eight answers
-    /// each); none when the answers do not say when they started.
+    /// each started (at least two, at most four, about eight answers
+    /// each; a window may be empty); none when the answers do not say when
+    /// they started.
     pub fn windows(&self) -> Vec<Vec<&Sample>> {
         let n = self.samples.len();
         let span = self.window_seconds;
@@ -130,7 +134,6 @@ impl Level {
             let i = ((s.offset / span * k as f64) as usize).min(k - 1);
             windows[i].push(s);
         }
-        windows.retain(|w| !w.is_empty());
         windows
     }
 
@@ -141,6 +144,7 @@ impl Level {
         let rates: Vec<f64> = self
             .windows()
             .iter()
+            .filter(|w| !w.is_empty())
             .map(|w| {
                 let latency: f64 = w.iter().map(|s| s.latency).sum();
                 let tokens: f64 = w.iter().map(|s| s.output_tokens as f64).sum();

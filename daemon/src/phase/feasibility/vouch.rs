@@ -37,16 +37,16 @@ impl Vouch {
         })
     }
 
-    /// This vouch held against what a re-measurement found instead: its
-    /// outcome as recorded in the firing's event (`None` if it found no
-    /// projection, or at another level).
-    pub fn rebased(&self, outcome: &str) -> Option<Vouch> {
+    /// This vouch held against what a re-measurement found instead, for a
+    /// run at `concurrency`: its outcome as recorded in the firing's event
+    /// (`None` if it found no projection, or measured another level).
+    pub fn rebased(&self, outcome: &str, concurrency: usize) -> Option<Vouch> {
         let value: Value = serde_json::from_str(outcome).ok()?;
-        let concurrency = value["concurrency"].as_u64()? as usize;
-        if concurrency != self.concurrency {
+        if value["concurrency"].as_u64()? as usize != concurrency {
             return None;
         }
         Some(Vouch {
+            concurrency,
             projection: serde_json::from_value(value["projection"].clone()).ok()?,
             ..self.clone()
         })
@@ -192,6 +192,20 @@ impl Watch {
 
     pub fn vouch(&self) -> &Vouch {
         &self.vouch
+    }
+
+    /// What the calibration found, once it was made.
+    pub fn calibration(&self) -> Option<&Value> {
+        self.calibration.as_ref()
+    }
+
+    /// This watch with the calibration an earlier one of the run made (a
+    /// run is calibrated once, across holds and restarts).
+    pub fn calibrated(mut self, found: Option<Value>) -> Watch {
+        if found.is_some() {
+            self.calibration = found;
+        }
+        self
     }
 
     /// Looks at the run `now` seconds after it started, with `answered`
@@ -433,11 +447,15 @@ mod tests {
         let mut found = vouch(5.0).projection;
         found.records = 400;
         let outcome = json!({"concurrency": 4, "projection": found}).to_string();
-        let rebased = v.rebased(&outcome).expect("same level");
+        let rebased = v.rebased(&outcome, 4).expect("same level");
         assert_eq!(rebased.projection.records_per_second.value, 5.0);
         assert_eq!(rebased.task, v.task);
+        // A run at its own level, re-measured there.
         let other = json!({"concurrency": 8, "projection": found}).to_string();
-        assert!(v.rebased(&other).is_none());
-        assert!(v.rebased(r#"{"concurrency": 4, "error": "x"}"#).is_none());
+        assert!(v.rebased(&other, 4).is_none());
+        assert_eq!(v.rebased(&other, 8).unwrap().concurrency, 8);
+        assert!(v
+            .rebased(r#"{"concurrency": 4, "error": "x"}"#, 4)
+            .is_none());
     }
 }

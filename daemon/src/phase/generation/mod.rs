@@ -236,9 +236,10 @@ impl RecordPhase for Generation {
             // The rate before a hold and after it is not one window; after a
             // re-measurement the run is held against what it found.
             let fresh = self.gate.take_rebase();
+            let calibration = check.watch.as_ref().and_then(|w| w.calibration().cloned());
             check.watch = fresh
                 .or_else(|| check.watch.as_ref().map(|w| w.vouch().clone()))
-                .map(Watch::new);
+                .map(|v| Watch::new(v).calibrated(calibration));
         }
         if let Some(watch) = &mut check.watch {
             let answered = stats.records + stats.failed;
@@ -482,6 +483,34 @@ fn keep_failures(
     Ok(())
 }
 
+/// The watch a run starts with: held to the vouch's projection if the run is
+/// at its level, or to the newest re-measurement of this run at the run's
+/// level (which survives a restart in its firing's event); calibrated
+/// already if an earlier daemon calibrated it.
+async fn resumed_watch(run: &RunContext, held: &Held, concurrency: usize) -> Option<Watch> {
+    let since = held.started_at_ms;
+    let warn = |what: &str, e: crate::store::Error| {
+        tracing::warn!(task = %run.task, error = %e, "cannot read the {what}");
+    };
+    let remeasured = match run.store.last_remeasure(run.task, since).await {
+        Ok(found) => found.and_then(|f| held.vouch.rebased(&f, concurrency)),
+        Err(e) => {
+            warn("last re-measurement", e);
+            None
+        }
+    };
+    let vouch = remeasured
+        .or_else(|| (held.vouch.concurrency == concurrency).then(|| held.vouch.clone()))?;
+    let calibration = match run.store.last_calibration(run.task, since).await {
+        Ok(found) => found.and_then(|f| serde_json::from_str(&f).ok()),
+        Err(e) => {
+            warn("calibration", e);
+            None
+        }
+    };
+    Some(Watch::new(vouch).calibrated(calibration))
+}
+
 /// Runs (or resumes) a generation until its pass is complete, it fails, or it
 /// is told to stop.
 pub async fn run(run: RunContext, spec: GenerationSpec) -> Ended {
@@ -554,18 +583,10 @@ async fn run_inner(run: &RunContext, spec: GenerationSpec) -> Result<Ended, Stri
     // The projection holds for the level it was made at; after a
     // re-measurement of this run, it is what that one found.
     count_holds(run, &mut held).await;
-    let mut watch = None;
-    if let Some(h) = held.as_ref().filter(|h| h.vouch.concurrency == concurrency) {
-        let found = match run.store.last_remeasure(run.task, h.started_at_ms).await {
-            Ok(found) => found,
-            Err(e) => {
-                tracing::warn!(task = %run.task, error = %e, "cannot read the last re-measurement");
-                None
-            }
-        };
-        let base = found.and_then(|f| h.vouch.rebased(&f));
-        watch = Some(Watch::new(base.unwrap_or_else(|| h.vouch.clone())));
-    }
+    let watch = match &held {
+        Some(h) => resumed_watch(run, h, concurrency).await,
+        None => None,
+    };
     let registration = run.gates.open(run.task, concurrency);
     let gate = registration.gate();
     let phase = Arc::new(Generation {
