@@ -62,6 +62,28 @@ async fn create(
     create_phase(c, plan, kind, &spec.to_string(), after).await
 }
 
+/// A feasibility task of `spec` and the generation of `dir` it vouches for
+/// (see `generation_spec`), in `plan`: their ids.
+async fn vouched_generation(
+    c: &mut Client,
+    plan: &str,
+    spec: &Value,
+    dir: &Path,
+    url: &str,
+) -> (String, String) {
+    let feasibility = create(c, plan, "feasibility", spec, &[]).await.unwrap();
+    let generation = create(
+        c,
+        plan,
+        "generation",
+        &generation_spec(dir, url),
+        &[&feasibility],
+    )
+    .await
+    .unwrap();
+    (feasibility, generation)
+}
+
 async fn wait_ended(c: &mut Client, plan: &str, id: &str) -> proto::Task {
     wait_task(c, plan, id, |t| {
         ["completed", "failed", "cancelled"].contains(&t.status.as_str())
@@ -323,18 +345,8 @@ async fn a_budget_the_projection_exceeds_stops_the_generation_until_a_retry() {
         "budget": {"max_hours": 0.000_01},
         "window": {"min_requests": 20, "min_seconds": 0.5, "max_seconds": 30},
     }));
-    let feasibility = create(&mut c, "gate", "feasibility", &tight, &[])
-        .await
-        .unwrap();
-    let generation = create(
-        &mut c,
-        "gate",
-        "generation",
-        &generation_spec(dir.path(), &mock.url),
-        &[&feasibility],
-    )
-    .await
-    .unwrap();
+    let (feasibility, generation) =
+        vouched_generation(&mut c, "gate", &tight, dir.path(), &mock.url).await;
     let refused = wait_ended(&mut c, "gate", &feasibility).await;
     assert_eq!(refused.status, "failed");
     assert!(
@@ -395,18 +407,7 @@ async fn generation_held_to_its_projection(halve_after: Option<i64>) -> Vec<prot
     let daemon = TestDaemon::start().await;
     let mut c = daemon.client().await;
     let spec = sweep_spec(json!({"concurrency": [4], "drift_after_seconds": 2}));
-    let feasibility = create(&mut c, "drift", "feasibility", &spec, &[])
-        .await
-        .unwrap();
-    let generation = create(
-        &mut c,
-        "drift",
-        "generation",
-        &generation_spec(dir.path(), &mock.url),
-        &[&feasibility],
-    )
-    .await
-    .unwrap();
+    let (_, generation) = vouched_generation(&mut c, "drift", &spec, dir.path(), &mock.url).await;
     if let Some(after) = halve_after {
         wait_task(&mut c, "drift", &generation, |t| {
             t.progress.as_ref().is_some_and(|p| p.done >= after)
@@ -507,6 +508,9 @@ async fn a_sweep_killed_midway_finishes_with_each_level_from_one_run() {
         by[1..].iter().all(|(_, a)| run_of(a) == second),
         "{by:?}, resumed by {second}"
     );
+    // The cost the result reports counts the levels it holds, once each.
+    assert_eq!(r["sweep"]["levels"], 4, "{}", r["sweep"]);
+    assert_eq!(r["sweep"]["between"], json!([]), "given levels only");
     // Every level has its window of requests, and the server had them all.
     let mut counted = 0;
     for level in r["levels"].as_array().unwrap() {
@@ -543,18 +547,8 @@ async fn a_remeasure_holds_the_run_and_the_drift_check_follows_the_server_it_fou
     .await;
     let mut c = daemon.client().await;
     let spec = sweep_spec(json!({"concurrency": [4], "drift_after_seconds": 2}));
-    let feasibility = create(&mut c, "re", "feasibility", &spec, &[])
-        .await
-        .unwrap();
-    let generation = create(
-        &mut c,
-        "re",
-        "generation",
-        &generation_spec(dir.path(), &mock.url),
-        &[&feasibility],
-    )
-    .await
-    .unwrap();
+    let (feasibility, generation) =
+        vouched_generation(&mut c, "re", &spec, dir.path(), &mock.url).await;
     wait_task(&mut c, "re", &generation, |t| {
         t.progress.as_ref().is_some_and(|p| p.done >= 150)
     })
@@ -742,18 +736,8 @@ async fn after_a_kill_the_drift_check_keeps_the_remeasures_projection() {
     let mut daemon = RealDaemon::spawn(state.path());
     let mut c = daemon.client().await;
     let spec = sweep_spec(json!({"concurrency": [4], "drift_after_seconds": 2}));
-    let feasibility = create(&mut c, "rk", "feasibility", &spec, &[])
-        .await
-        .unwrap();
-    let generation = create(
-        &mut c,
-        "rk",
-        "generation",
-        &generation_spec(dir.path(), &mock.url),
-        &[&feasibility],
-    )
-    .await
-    .unwrap();
+    let (feasibility, generation) =
+        vouched_generation(&mut c, "rk", &spec, dir.path(), &mock.url).await;
     wait_task(&mut c, "rk", &generation, |t| {
         t.progress.as_ref().is_some_and(|p| p.done >= 60)
     })

@@ -17,7 +17,7 @@ use std::path::Path;
 use serde_json::Value;
 use todod_e2e::fixtures::fixture;
 use todod_e2e::llama_server::LlamaServer;
-use todod_e2e::{ids, proto, run_killing_each, RealDaemon};
+use todod_e2e::{ids, run_killing_each, RealDaemon};
 
 fn plan_file(out: &Path, url: &str) -> String {
     format!(
@@ -69,19 +69,7 @@ async fn the_example_pipeline_runs_on_llama_server_with_a_kill_in_each_phase() {
 
     let mut daemon = RealDaemon::spawn(&state);
     let mut c = daemon.client().await;
-    let applied = c
-        .apply_pipeline(proto::ApplyPipelineRequest {
-            spec_toml: plan_file(&out, &server.url),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    let tasks: Vec<String> = applied
-        .steps
-        .iter()
-        .map(|s| s.task.as_ref().unwrap().id.clone())
-        .collect();
+    let tasks = todod_e2e::apply_plan(&mut c, &plan_file(&out, &server.url)).await;
     let (ended, kills) = run_killing_each(&mut daemon, &state, "real", &tasks).await;
     // The sweep and the generation run for many seconds on a real server: a
     // kill must have landed inside each, with work committed and not all of

@@ -88,19 +88,7 @@ async fn the_sweep_chooses_near_the_best_level_and_projects_the_run() {
     let out = dir.path().join("out");
     let daemon = TestDaemon::start().await;
     let mut c = daemon.client().await;
-    let applied = c
-        .apply_pipeline(proto::ApplyPipelineRequest {
-            spec_toml: plan_file(&out, &server.url),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    let ids: Vec<String> = applied
-        .steps
-        .iter()
-        .map(|s| s.task.as_ref().unwrap().id.clone())
-        .collect();
+    let ids = todod_e2e::apply_plan(&mut c, &plan_file(&out, &server.url)).await;
     let sweep = result(&ended(&mut c, "sweep", &ids[1]).await);
     let generation = result(&ended(&mut c, "sweep", &ids[2]).await);
     let chosen = sweep["choice"]["concurrency"].as_u64().unwrap();

@@ -272,9 +272,9 @@ async fn fire(
     };
     let mut outcome = json!({
         "action": schedule.action.as_str(),
-        "slot": crate::api::convert::time(firing.slot_ms),
+        "slot": crate::store::rfc3339(firing.slot_ms),
         "missed_slots": firing.slots - 1,
-        "next": firing.next_ms.map(crate::api::convert::time),
+        "next": firing.next_ms.map(crate::store::rfc3339),
     });
     let mut reopen = false;
     let mut next_ms = firing.next_ms;
@@ -295,7 +295,7 @@ async fn fire(
             // measurement longer than the schedule's interval must not be
             // followed at once by another hold of the run.
             next_ms = schedule.next_after(clock.now_ms());
-            outcome["next"] = json!(next_ms.map(crate::api::convert::time));
+            outcome["next"] = json!(next_ms.map(crate::store::rfc3339));
         }
     }
     tracing::info!(task = %due.task, action = schedule.action.as_str(), missed = firing.slots - 1, "schedule fired");

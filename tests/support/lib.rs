@@ -448,6 +448,21 @@ pub async fn create_phase(
 }
 
 /// Creates plan `plan` (if needed) and a generation task in it; returns its id.
+/// Applies a plan file; the ids of its steps' tasks, in graph order.
+pub async fn apply_plan(c: &mut Client, toml: &str) -> Vec<String> {
+    c.apply_pipeline(proto::ApplyPipelineRequest {
+        spec_toml: toml.to_string(),
+        ..Default::default()
+    })
+    .await
+    .unwrap()
+    .into_inner()
+    .steps
+    .iter()
+    .map(|s| s.task.as_ref().unwrap().id.clone())
+    .collect()
+}
+
 pub async fn create_generation(c: &mut Client, plan: &str, spec: String) -> String {
     create_phase(c, plan, "generation", &spec, &[])
         .await

@@ -1,6 +1,5 @@
 //! Hand-written conversions between protobuf messages and domain/store types.
 //! Validation of client input happens here, so every error names its field.
-use std::time::{Duration, UNIX_EPOCH};
 
 use crate::domain::annotations;
 use crate::domain::model::{validate_content, validate_plan_name};
@@ -13,8 +12,7 @@ use crate::store::{Detail, EventView, PlanSummary, PlanView, TaskView};
 pub const MAX_TODO_ITEMS: usize = 10_000;
 
 pub fn time(ms: i64) -> String {
-    humantime::format_rfc3339_millis(UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64))
-        .to_string()
+    crate::store::rfc3339(ms)
 }
 
 fn optional_time(ms: Option<i64>) -> String {

@@ -311,3 +311,10 @@ pub fn now_ms() -> i64 {
         .map(|d| d.as_millis() as i64)
         .unwrap_or(0)
 }
+
+/// A unix time in ms as every part of the daemon writes times: RFC 3339,
+/// UTC, to the millisecond.
+pub fn rfc3339(ms: i64) -> String {
+    let at = UNIX_EPOCH + std::time::Duration::from_millis(ms.max(0) as u64);
+    humantime::format_rfc3339_millis(at).to_string()
+}

@@ -41,9 +41,6 @@ struct Sweep {
     /// Why the geometric part of the sweep (1, 2, 4, ...) stopped.
     #[serde(default)]
     stopped_because: Option<String>,
-    /// The levels measured between the best and its neighbours, after.
-    #[serde(default)]
-    between: Vec<usize>,
     /// Why the sweep stopped short of what it would have measured (its
     /// cost bound).
     #[serde(default)]
@@ -56,6 +53,18 @@ struct Sweep {
     /// often the run was interrupted.
     #[serde(default)]
     warmup_notes: Option<Vec<String>>,
+}
+
+impl Sweep {
+    /// The levels measured between the best and its neighbours: those not
+    /// in the plan (a midpoint of two planned levels is never planned).
+    fn between(&self, planned: &[usize]) -> Vec<usize> {
+        self.levels
+            .iter()
+            .map(|l| l.concurrency)
+            .filter(|c| !planned.contains(c))
+            .collect()
+    }
 }
 
 /// Runs (or resumes) a feasibility measurement.
@@ -269,7 +278,7 @@ fn cost(
     json!({
         "seconds": spent,
         "levels": sweep.levels.len(),
-        "between": sweep.between,
+        "between": sweep.between(&planned_levels(spec)),
         "projected_run_seconds": run,
         "share_of_run": run.filter(|r| *r > 0.0).map(|r| spent / r),
         "max_share": spec.max_sweep_share,
@@ -390,15 +399,13 @@ async fn run_inner(run: &RunContext, spec: FeasibilitySpec) -> Result<Ended, Str
         };
         level.measured_by = run.attempt.clone();
         sweep.levels.push(level);
-        if between {
-            sweep.between.push(c);
-        } else {
+        if !between {
             // The geometric levels, in the order measured, decide its stop;
             // given levels stop only on errors.
             let geometric: Vec<Figures> = sweep
                 .levels
                 .iter()
-                .filter(|l| !sweep.between.contains(&l.concurrency))
+                .filter(|l| planned.contains(&l.concurrency))
                 .map(Level::figures)
                 .collect();
             let why = sweep::stop_after(&geometric, &rules(&spec));

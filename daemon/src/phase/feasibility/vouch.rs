@@ -84,12 +84,6 @@ pub async fn of(store: &Store, task: TaskId) -> Result<Option<Vouch>, String> {
     Ok(best.map(|(_, v)| v))
 }
 
-/// A unix time in ms as the API writes times.
-fn rfc3339(ms: i64) -> String {
-    let at = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms.max(0) as u64);
-    humantime::format_rfc3339_millis(at).to_string()
-}
-
 /// Tolerance around a projected interval before a figure counts as outside:
 /// a short window is noisier than the measurement it is compared with.
 const SLACK: f64 = 0.10;
@@ -172,7 +166,7 @@ impl Watch {
             } else {
                 format!(
                     "; the {left} records left re-projected to end at {}",
-                    rfc3339(end)
+                    crate::store::rfc3339(end)
                 )
             }
         );
@@ -184,7 +178,7 @@ impl Watch {
             "records_per_second": {"actual": rate, "projected": p},
             "ratio": ratio,
             "eta_seconds": eta,
-            "projected_end": rfc3339(end),
+            "projected_end": crate::store::rfc3339(end),
         });
         self.calibration = Some(found.clone());
         Some(found)
