@@ -286,7 +286,7 @@ fn feasibility(v: &Value) -> String {
             .map_or(String::new(), |s| format!(", {:.1}% of the run", s * 100.0));
         let _ = writeln!(
             out,
-            "  sweep cost  {}{share} (at most {:.0}% of it, or {})",
+            "  sweep cost  {}{share} (at most {:.0}% of it, at least {})",
             hours(seconds / 3600.0),
             f(&v["sweep"]["max_share"]).unwrap_or(0.0) * 100.0,
             hours(f(&v["sweep"]["min_seconds"]).unwrap_or(0.0) / 3600.0)
@@ -460,9 +460,16 @@ mod tests {
                  "e2e_seconds": {"p50": 1.0, "p99": 1.2}, "error_rate": 0.0},
             ],
             "sample": {"size": 100, "seed": 7},
+            "sweep": {"seconds": 150.0, "share_of_run": 0.006, "max_share": 0.02,
+                      "min_seconds": 300.0, "between": [6, 12]},
         });
         let text = summary("feasibility", &result.to_string()).unwrap();
         assert!(text.contains("NO-GO") && text.contains("over the budget"));
+        assert!(text.contains("measured 6, 12 around the best"), "{text}");
+        assert!(
+            text.contains("sweep cost  2m30s, 0.6% of the run (at most 2% of it, at least 5m00s)"),
+            "{text}"
+        );
         assert!(text.contains("6h54m (6h30m to 7h18m, 95%)"), "{text}");
         assert!(
             text.contains("10.00M (9.00M to 11.00M, 95%) output tokens"),
@@ -477,6 +484,32 @@ mod tests {
         assert!(text.contains("2m24s (2m10s to 2m35s, 95%)"), "{text}");
         assert!(text.lines().any(|l| l.contains("*   4")), "{text}");
         assert!(text.lines().count() < 40);
+    }
+
+    #[test]
+    fn a_running_generation_shows_its_calibration() {
+        let detail = serde_json::json!({
+            "calibration": {"message": "after 120 s: 0.8 records/s against 1.0 projected \
+                            (0.9-1.1): 20% slower than projected", "on_track": false},
+        });
+        let task = todod_proto::Task {
+            id: "t3".into(),
+            kind: "generation".into(),
+            status: "in_progress".into(),
+            progress: Some(todod_proto::Progress {
+                done: 10,
+                total: 100,
+                detail_json: detail.to_string(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let text = pipeline(&[task]);
+        assert!(
+            text.contains("calibration after 120 s: 0.8 records/s against 1.0 projected"),
+            "{text}"
+        );
+        assert!(text.contains("20% slower than projected"), "{text}");
     }
 
     #[test]
