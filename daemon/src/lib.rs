@@ -17,6 +17,7 @@ pub mod pipeline;
 pub mod scheduler;
 pub mod server;
 pub mod store;
+pub mod telemetry;
 pub mod tokenizer;
 
 #[cfg(test)]

@@ -1,0 +1,233 @@
+//! What the daemon exports for monitoring: the instruments its workers
+//! update as they go (requests, latencies, checkpoint commits, the inference
+//! servers' own figures) and the rendering of a scrape in the OpenMetrics
+//! text format, together with figures read from the store at scrape time
+//! (tasks and each phase's counts: those are the committed truth, so they
+//! survive a kill -9 and restart from the checkpoint, never from zero).
+//!
+//! `prometheus-client` rather than `metrics` + its exporter: no process-wide
+//! recorder (several daemons in one test process keep their own figures), no
+//! upkeep task, typed label sets that cannot grow by accident.
+//!
+//! A leaf: it knows no store, no HTTP and no phase; callers hand it plain
+//! figures.
+pub mod process;
+pub mod render;
+pub mod server_metrics;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+
+/// A phase task, as a label set: the task's id and its kind. Bounded by
+/// the tasks a daemon runs, never by the records.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TaskLabels {
+    pub task: String,
+    pub kind: String,
+}
+
+/// How one request attempt ended.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[allow(non_camel_case_types)]
+pub enum Outcome {
+    ok,
+    connect,
+    timeout,
+    rate_limited,
+    server_error,
+    client_error,
+    incomplete,
+    malformed,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RequestLabels {
+    pub task: String,
+    pub kind: String,
+    pub outcome: Outcome,
+}
+
+/// One figure an inference server reports about itself.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ServerLabels {
+    pub endpoint: String,
+}
+
+/// A gauge holding a float.
+pub type FloatGauge = Gauge<f64, std::sync::atomic::AtomicU64>;
+
+/// Request latencies, in seconds: 50 ms to about 27 minutes (a long
+/// reasoning answer), doubling.
+fn latency_buckets() -> impl Iterator<Item = f64> {
+    prometheus_client::metrics::histogram::exponential_buckets(0.05, 2.0, 16)
+}
+
+/// Time to first token and between tokens: 1 ms to about 65 s.
+fn token_buckets() -> impl Iterator<Item = f64> {
+    prometheus_client::metrics::histogram::exponential_buckets(0.001, 2.0, 17)
+}
+
+/// A store write or a checkpoint commit: 0.1 ms to about 6.5 s.
+pub fn commit_buckets() -> impl Iterator<Item = f64> {
+    prometheus_client::metrics::histogram::exponential_buckets(0.0001, 2.0, 17)
+}
+
+/// The instruments of one daemon. Cheap to clone (all shared).
+#[derive(Clone)]
+pub struct Telemetry {
+    inner: Arc<Instruments>,
+}
+
+pub(crate) struct Instruments {
+    pub requests: Family<RequestLabels, Counter>,
+    pub retries: Family<TaskLabels, Counter>,
+    pub in_flight: Family<TaskLabels, Gauge>,
+    pub duration: Family<TaskLabels, Histogram>,
+    pub first_token: Family<TaskLabels, Histogram>,
+    pub per_token: Family<TaskLabels, Histogram>,
+    pub checkpoint: Family<TaskLabels, Histogram>,
+    pub server: server_metrics::Exported,
+}
+
+impl Default for Telemetry {
+    fn default() -> Self {
+        Telemetry::new()
+    }
+}
+
+impl Telemetry {
+    pub fn new() -> Telemetry {
+        fn latency() -> Histogram {
+            Histogram::new(latency_buckets())
+        }
+        fn token() -> Histogram {
+            Histogram::new(token_buckets())
+        }
+        fn commit() -> Histogram {
+            Histogram::new(commit_buckets())
+        }
+        Telemetry {
+            inner: Arc::new(Instruments {
+                requests: Family::default(),
+                retries: Family::default(),
+                in_flight: Family::default(),
+                duration: Family::new_with_constructor(latency),
+                first_token: Family::new_with_constructor(token),
+                per_token: Family::new_with_constructor(token),
+                checkpoint: Family::new_with_constructor(commit),
+                server: server_metrics::Exported::default(),
+            }),
+        }
+    }
+
+    /// The handles a phase task's inference client updates.
+    pub fn requests(&self, task: impl ToString, kind: &str) -> RequestMetrics {
+        let labels = TaskLabels {
+            task: task.to_string(),
+            kind: kind.to_string(),
+        };
+        let i = &self.inner;
+        RequestMetrics {
+            telemetry: self.clone(),
+            in_flight: i.in_flight.get_or_create_owned(&labels),
+            retries: i.retries.get_or_create_owned(&labels),
+            duration: i.duration.get_or_create_owned(&labels),
+            first_token: i.first_token.get_or_create_owned(&labels),
+            per_token: i.per_token.get_or_create_owned(&labels),
+            labels,
+        }
+    }
+
+    /// The histogram a phase task's checkpoint commits go into.
+    pub fn checkpoints(&self, task: impl ToString, kind: &str) -> Histogram {
+        self.inner.checkpoint.get_or_create_owned(&TaskLabels {
+            task: task.to_string(),
+            kind: kind.to_string(),
+        })
+    }
+
+    /// Where the inference servers' own figures are kept.
+    pub fn servers(&self) -> &server_metrics::Exported {
+        &self.inner.server
+    }
+
+    pub(crate) fn instruments(&self) -> &Instruments {
+        &self.inner
+    }
+}
+
+/// What one phase task's requests update.
+#[derive(Clone)]
+pub struct RequestMetrics {
+    telemetry: Telemetry,
+    labels: TaskLabels,
+    in_flight: Gauge,
+    retries: Counter,
+    duration: Histogram,
+    first_token: Histogram,
+    per_token: Histogram,
+}
+
+impl std::fmt::Debug for RequestMetrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RequestMetrics")
+            .field("labels", &self.labels)
+            .finish()
+    }
+}
+
+/// Counts a request attempt in flight until dropped.
+pub struct InFlight(Gauge);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
+
+impl RequestMetrics {
+    pub fn started(&self) -> InFlight {
+        self.in_flight.inc();
+        InFlight(self.in_flight.clone())
+    }
+
+    /// One attempt ended: how, after how long, and for an answer, its time
+    /// to first token and the output tokens it made.
+    pub fn attempt(
+        &self,
+        outcome: Outcome,
+        took: Duration,
+        first_token: Option<Duration>,
+        output_tokens: Option<u64>,
+    ) {
+        self.telemetry
+            .inner
+            .requests
+            .get_or_create(&RequestLabels {
+                task: self.labels.task.clone(),
+                kind: self.labels.kind.clone(),
+                outcome,
+            })
+            .inc();
+        self.duration.observe(took.as_secs_f64());
+        if let Some(first) = first_token {
+            self.first_token.observe(first.as_secs_f64());
+            // The time between tokens, as servers report it: the decode
+            // time spread over the tokens after the first.
+            if let Some(tokens) = output_tokens.filter(|n| *n > 1) {
+                let decode = took.saturating_sub(first).as_secs_f64();
+                self.per_token.observe(decode / (tokens - 1) as f64);
+            }
+        }
+    }
+
+    pub fn retried(&self) {
+        self.retries.inc();
+    }
+}
