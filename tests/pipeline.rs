@@ -132,6 +132,7 @@ async fn bench(lines: usize) -> (Bench, Vec<i64>) {
         fs: Arc::new(fs.clone()) as SharedFs,
         bounds: Arc::new(Boundaries::default()),
         gates: Default::default(),
+        telemetry: Default::default(),
     };
     let bench = Bench {
         out: PathBuf::from("/lossy/out.jsonl"),

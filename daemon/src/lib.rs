@@ -10,6 +10,7 @@ pub mod chat_template;
 pub mod config;
 pub mod domain;
 pub mod failpoint;
+pub mod http;
 pub mod inference;
 pub mod messages;
 pub mod phase;

@@ -286,6 +286,7 @@ async fn main() -> anyhow::Result<()> {
         fs: None,
         clock: None,
         writer_stall: Some(args.writer_stall),
+        telemetry: Default::default(),
     };
     let (stop_backups, stopped) = tokio::sync::watch::channel(false);
     if let (Some(every), Some(dir)) = (args.backup_every, args.backup_dir.clone()) {

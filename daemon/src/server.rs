@@ -6,11 +6,12 @@ use std::sync::Arc;
 use tokio::net::{TcpListener, UnixListener};
 use tokio::sync::watch;
 use tokio_stream::wrappers::UnixListenerStream;
-use tonic::service::interceptor::InterceptorLayer;
+use tonic::service::interceptor::InterceptedService;
+use tonic::service::Routes;
 use tonic::transport::server::{Router, TcpIncoming};
 use tonic::transport::Server;
 use tonic_health::pb::health_server::{Health, HealthServer};
-use tower::layer::util::{Identity, Stack};
+use tower::layer::util::Identity;
 
 use crate::api::auth::BearerAuth;
 use crate::api::{TodoService, MAX_REQUEST_BYTES, MAX_RESPONSE_BYTES};
@@ -53,6 +54,9 @@ pub struct Options {
     /// How long a write may wait for the database writer before health
     /// says NOT_SERVING ([`WRITER_STALL`] unless set).
     pub writer_stall: Option<std::time::Duration>,
+    /// The instruments workers update and `/metrics` shows (fresh ones
+    /// unless a test gives its own).
+    pub telemetry: crate::telemetry::Telemetry,
 }
 
 /// How long a write may wait for the writer before the daemon says, in its
@@ -75,28 +79,44 @@ impl std::fmt::Debug for Options {
 /// How long calls in flight may run once shutdown has begun.
 const DRAIN_DEADLINE: std::time::Duration = std::time::Duration::from_secs(10);
 
-type Routes = Router<Stack<InterceptorLayer<BearerAuth>, Identity>>;
-
 /// One router per listener: tonic's `Router` is not `Clone`, its services are.
-/// Health and reflection sit behind the same token check as the API.
+/// Health and reflection sit behind the same token check as the API; the
+/// HTTP routes (`/metrics`) check `http`'s own rule, and HTTP/1.1 is
+/// accepted for them (what Prometheus and curl speak).
 fn router<H: Health>(
     todos: &TodosServer<TodoService>,
     health: &HealthServer<H>,
     auth: &BearerAuth,
-) -> Result<Routes, Error> {
+    http: crate::http::Http,
+) -> Result<Router<Identity>, Error> {
     let reflection = || {
         tonic_reflection::server::Builder::configure()
             .register_encoded_file_descriptor_set(FILE_DESCRIPTOR_SET)
             .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
     };
+    let guarded = |service| InterceptedService::new(service, auth.clone());
+    let grpc = Routes::new(guarded(health.clone()))
+        .add_service(InterceptedService::new(
+            reflection().build_v1()?,
+            auth.clone(),
+        ))
+        .add_service(InterceptedService::new(
+            reflection().build_v1alpha()?,
+            auth.clone(),
+        ))
+        .add_service(InterceptedService::new(todos.clone(), auth.clone()));
+    // The HTTP router's fallback answers every other path (UNIMPLEMENTED to
+    // a gRPC call, 404 to anyone else).
+    let routes = Routes::from(
+        grpc.into_axum_router()
+            .merge(http.router())
+            .fallback(crate::http::not_found),
+    );
     Ok(Server::builder()
+        .accept_http1(true)
         .timeout(CALL_DEADLINE)
-        .trace_fn(|request| tracing::info_span!("grpc", method = %request.uri().path()))
-        .layer(InterceptorLayer::new(auth.clone()))
-        .add_service(health.clone())
-        .add_service(reflection().build_v1()?)
-        .add_service(reflection().build_v1alpha()?)
-        .add_service(todos.clone()))
+        .trace_fn(|request| tracing::info_span!("rpc", path = %request.uri().path()))
+        .add_routes(routes))
 }
 
 /// Keeps health true to the store: NOT_SERVING (the API and the server as
@@ -217,6 +237,7 @@ pub async fn run(
         fs: options.fs.clone().unwrap_or_else(|| Arc::new(RealFs)),
         bounds,
         gates: gates.clone(),
+        telemetry: options.telemetry.clone(),
     };
     let workers = tokio::spawn(runtime::run(store.clone(), settings, stop_rx.clone()));
     // Schedules fire beside them, on the same stop (a re-measurement holds
@@ -230,13 +251,27 @@ pub async fn run(
 
     let mut servers = tokio::task::JoinSet::new();
     if let Some(listener) = listeners.tcp {
+        // /metrics is open on loopback (a node's Prometheus), token-bound elsewhere.
+        let open = listener
+            .local_addr()
+            .map(|a| a.ip().is_loopback())
+            .unwrap_or(false);
+        let http_auth = if open {
+            BearerAuth::new(None)
+        } else {
+            tcp_auth.clone()
+        };
+        let http = crate::http::Http::new(store.clone(), options.telemetry.clone(), http_auth);
+        let routes = router(&todos, &health, &tcp_auth, http)?;
         // Nagle plus delayed ACKs would add tens of milliseconds to small calls.
         let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
-        let routes = router(&todos, &health, &tcp_auth)?;
+
         servers.spawn(routes.serve_with_incoming_shutdown(incoming, stopped(stop_rx.clone())));
     }
     if let Some(listener) = listeners.unix {
-        let routes = router(&todos, &health, &unix_auth)?;
+        let http =
+            crate::http::Http::new(store.clone(), options.telemetry.clone(), unix_auth.clone());
+        let routes = router(&todos, &health, &unix_auth, http)?;
         servers.spawn(routes.serve_with_incoming_shutdown(
             UnixListenerStream::new(listener),
             stopped(stop_rx.clone()),

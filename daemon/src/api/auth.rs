@@ -41,14 +41,27 @@ impl BearerAuth {
     }
 
     pub fn check<T>(&self, request: Request<T>) -> Result<Request<T>, Status> {
-        let Some(expected) = &self.expected else {
-            return Ok(request);
-        };
         let header = request
             .metadata()
             .get("authorization")
-            .map(|v| v.as_bytes())
-            .unwrap_or_default();
+            .map(|v| v.as_bytes());
+        if self.admits(header) {
+            Ok(request)
+        } else {
+            Err(Status::unauthenticated(
+                "missing or wrong bearer token (authorization: Bearer <token>); todoctl \
+                 reads the daemon's token from its state directory, or from TODOD_TOKEN",
+            ))
+        }
+    }
+
+    /// Whether an `authorization` header's value (if any) carries the token;
+    /// the same rule for gRPC calls and the HTTP routes beside them.
+    pub fn admits(&self, header: Option<&[u8]>) -> bool {
+        let Some(expected) = &self.expected else {
+            return true;
+        };
+        let header = header.unwrap_or_default();
         let given = match header.iter().position(|b| *b == b' ') {
             Some(at) if header[..at].eq_ignore_ascii_case(b"bearer") => header[at..].trim_ascii(),
             _ => &[][..],
@@ -59,14 +72,7 @@ impl BearerAuth {
         let n = given.len().min(expected.len());
         padded[..n].copy_from_slice(&given[..n]);
         let same_length = (given.len() as u64).ct_eq(&(expected.len() as u64));
-        if !given.is_empty() && bool::from(padded.ct_eq(expected.as_slice()) & same_length) {
-            Ok(request)
-        } else {
-            Err(Status::unauthenticated(
-                "missing or wrong bearer token (authorization: Bearer <token>); todoctl \
-                 reads the daemon's token from its state directory, or from TODOD_TOKEN",
-            ))
-        }
+        !given.is_empty() && bool::from(padded.ct_eq(expected.as_slice()) & same_length)
     }
 }
 

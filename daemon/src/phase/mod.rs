@@ -53,6 +53,8 @@ pub struct RunContext {
     pub bounds: Arc<Boundaries>,
     /// Where a run that sends requests puts its gate (see [`gate`]).
     pub gates: gate::Gates,
+    /// Where the run's requests and commits are counted for `/metrics`.
+    pub telemetry: crate::telemetry::Telemetry,
 }
 
 /// How a run ended.

@@ -51,6 +51,8 @@ pub struct Settings {
     pub bounds: Arc<Boundaries>,
     /// Shared with the scheduler, which holds a run to re-measure.
     pub gates: super::gate::Gates,
+    /// The instruments the runs update.
+    pub telemetry: crate::telemetry::Telemetry,
 }
 
 /// A run in the table: its attempt and the switch that stops it.
@@ -113,6 +115,7 @@ pub async fn run(store: Store, settings: Settings, mut shutdown: watch::Receiver
                                 fs: settings.fs.clone(),
                                 bounds: settings.bounds.clone(),
                                 gates: settings.gates.clone(),
+                                telemetry: settings.telemetry.clone(),
                             };
                             running.insert(task.id, Running { attempt, stop });
                             active.spawn(run_one(task.kind, context));

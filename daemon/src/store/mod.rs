@@ -16,6 +16,7 @@ mod read;
 mod request_ids;
 mod schedules;
 mod sqlite;
+mod telemetry;
 mod views;
 mod write;
 mod writer_watch;
@@ -141,6 +142,8 @@ struct Inner {
     writer_watch: writer_watch::WriterWatch,
     readers: Readers,
     committed_seq: watch::Sender<i64>,
+    /// How long each write took, waiting for the writer included.
+    write_seconds: prometheus_client::metrics::histogram::Histogram,
 }
 
 #[derive(Clone)]
@@ -186,6 +189,9 @@ impl Store {
                     permits: Semaphore::new(READERS),
                 },
                 committed_seq,
+                write_seconds: prometheus_client::metrics::histogram::Histogram::new(
+                    crate::telemetry::commit_buckets(),
+                ),
             }),
         })
     }
@@ -248,6 +254,7 @@ impl Store {
     ) -> impl std::future::Future<Output = Result<T, Error>> + 's {
         let caller = std::panic::Location::caller();
         async move {
+            let began = std::time::Instant::now();
             let waiting = self.inner.writer_watch.wait();
             let mut writer = tokio::time::timeout(ACQUIRE_TIMEOUT, self.inner.writer.lock())
                 .await
@@ -258,9 +265,17 @@ impl Store {
             let (value, seq) = db.transaction(Begin::Write, body)?;
             drop(db);
             drop(writer);
+            self.inner
+                .write_seconds
+                .observe(began.elapsed().as_secs_f64());
             self.published(seq);
             Ok(value)
         }
+    }
+
+    /// The latencies of the writes so far (committed or failed in SQLite).
+    pub fn write_latencies(&self) -> &prometheus_client::metrics::histogram::Histogram {
+        &self.inner.write_seconds
     }
 
     /// A write that has waited for the writer longer than `bound`, if any:

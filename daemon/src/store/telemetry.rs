@@ -1,0 +1,49 @@
+//! What a `/metrics` scrape reads from the store: live tasks counted by plan,
+//! kind and status, and each live phase task's committed progress and result
+//! with its drift events. Two short reads on a reader connection; the writer
+//! never waits for a scrape.
+use super::{Error, Store};
+use crate::telemetry::render::{PhaseFigures, TaskCount};
+
+impl Store {
+    pub async fn telemetry_rows(&self) -> Result<(Vec<TaskCount>, Vec<PhaseFigures>), Error> {
+        self.read(|db| {
+            let tasks = db.query(
+                "SELECT p.name, t.kind, t.status, COUNT(*) FROM tasks t \
+                 JOIN plans p ON p.id = t.plan_id \
+                 WHERE t.archived_at IS NULL AND p.archived_at IS NULL \
+                 GROUP BY p.name, t.kind, t.status ORDER BY p.name, t.kind, t.status",
+                &[],
+                |row| {
+                    Ok(TaskCount {
+                        plan: row.text(0)?.to_string(),
+                        kind: row.text(1)?.to_string(),
+                        status: row.text(2)?.to_string(),
+                        count: row.int(3)?.max(0) as u64,
+                    })
+                },
+            )?;
+            let phases = db.query(
+                "SELECT t.id, t.kind, t.status, t.progress, t.result, \
+                 (SELECT COUNT(*) FROM events e WHERE e.task_id = t.id AND e.type = 'drift') \
+                 FROM tasks t JOIN plans p ON p.id = t.plan_id \
+                 WHERE t.kind <> 'todo' AND t.archived_at IS NULL AND p.archived_at IS NULL \
+                 ORDER BY t.id",
+                &[],
+                |row| {
+                    let mut figures = PhaseFigures::read(
+                        row.int(0)?.to_string(),
+                        row.text(1)?.to_string(),
+                        row.text(2)? == "in_progress",
+                        row.opt_text(3)?.unwrap_or(""),
+                        row.opt_text(4)?.unwrap_or(""),
+                    );
+                    figures.drift_events = row.int(5)?.max(0) as u64;
+                    Ok(figures)
+                },
+            )?;
+            Ok((tasks, phases))
+        })
+        .await
+    }
+}
