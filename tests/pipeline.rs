@@ -125,6 +125,7 @@ async fn bench(lines: usize) -> (Bench, Vec<i64>) {
     let (stop_tx, stop) = tokio::sync::watch::channel(false);
     let context = RunContext {
         task,
+        kind: Kind::Tokenization,
         attempt,
         spec: "{}".into(),
         store,

@@ -226,6 +226,8 @@ pub struct InferenceClient {
     /// sensitive, never stored elsewhere, never printed (see the Debug impl).
     authorization: Option<reqwest::header::HeaderValue>,
     limits: Limits,
+    /// Where each attempt is counted for `/metrics`, if anywhere.
+    metrics: Option<crate::telemetry::RequestMetrics>,
 }
 
 impl fmt::Debug for InferenceClient {
@@ -303,7 +305,14 @@ impl InferenceClient {
             endpoints,
             authorization,
             limits,
+            metrics: None,
         })
+    }
+
+    /// Counts every attempt, its latencies and its retries in `metrics`.
+    pub fn with_metrics(mut self, metrics: crate::telemetry::RequestMetrics) -> InferenceClient {
+        self.metrics = Some(metrics);
+        self
     }
 
     /// Sends `request`, retrying as `Limits::backoff` allows, on whichever
@@ -330,10 +339,24 @@ impl InferenceClient {
         loop {
             attempt += 1;
             let lease = self.endpoints.acquire();
-            match self
+            let in_flight = self.metrics.as_ref().map(|m| m.started());
+            let sent = Instant::now();
+            let answer = self
                 .attempt(lease.target(template.api), template, body.clone())
-                .await
-            {
+                .await;
+            drop(in_flight);
+            if let Some(metrics) = &self.metrics {
+                match &answer {
+                    Ok(c) => metrics.attempt(
+                        crate::telemetry::Outcome::ok,
+                        sent.elapsed(),
+                        c.first_token,
+                        c.usage.as_ref().map(|u| u.completion_tokens),
+                    ),
+                    Err(failure) => metrics.attempt(failure.class(), sent.elapsed(), None, None),
+                }
+            }
+            match answer {
                 Ok(completion) => {
                     lease.succeeded();
                     return Ok(Outcome {
@@ -351,6 +374,9 @@ impl InferenceClient {
                     match backoff.next_delay(attempt, &failure, unit_random()) {
                         Some(wait) => {
                             tracing::debug!(%endpoint, attempt, %failure, ?wait, "retrying");
+                            if let Some(metrics) = &self.metrics {
+                                metrics.retried();
+                            }
                             tokio::time::sleep(wait).await;
                         }
                         None => {

@@ -35,6 +35,20 @@ impl Failure {
         }
     }
 
+    /// The failure's class, as `/metrics` counts it.
+    pub fn class(&self) -> crate::telemetry::Outcome {
+        use crate::telemetry::Outcome;
+        match self {
+            Failure::Connect(_) => Outcome::connect,
+            Failure::Timeout { .. } => Outcome::timeout,
+            Failure::Status { code: 429, .. } => Outcome::rate_limited,
+            Failure::Status { code, .. } if *code >= 500 => Outcome::server_error,
+            Failure::Status { .. } => Outcome::client_error,
+            Failure::Incomplete(_) => Outcome::incomplete,
+            Failure::Malformed(_) => Outcome::malformed,
+        }
+    }
+
     /// Whether the failure says the endpoint itself is unwell (as opposed to
     /// busy or given a bad request): counts toward setting it aside.
     pub fn blames_endpoint(&self) -> bool {

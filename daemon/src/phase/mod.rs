@@ -42,6 +42,8 @@ pub use state::PhaseState;
 #[derive(Clone)]
 pub struct RunContext {
     pub task: TaskId,
+    /// The task's phase kind.
+    pub kind: crate::domain::Kind,
     /// This run's token: the store takes checkpoints and the end only from it.
     pub attempt: String,
     /// The task's spec, as the registry checked it at creation.

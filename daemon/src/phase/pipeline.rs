@@ -446,6 +446,7 @@ pub async fn run<P: RecordPhase>(
         last_progress: None,
         started: Instant::now(),
         committed_at_start: 0,
+        commits: run.telemetry.checkpoints(run.task, run.kind.as_str()),
     };
     committer.committed_at_start = committer.state.cursor.committed();
     let mut pending: BTreeMap<u64, DoneLines<P::Output>> = BTreeMap::new();
@@ -560,6 +561,8 @@ struct Committer<'a, 'o> {
     last_progress: Option<Instant>,
     started: Instant,
     committed_at_start: u64,
+    /// How long each checkpoint took, files synced to the commit.
+    commits: prometheus_client::metrics::histogram::Histogram,
 }
 
 impl Committer<'_, '_> {
@@ -605,6 +608,7 @@ impl Committer<'_, '_> {
         if self.batch == 0 {
             return Ok(true);
         }
+        let began = Instant::now();
         // fsync off the async workers, so that requests go on meanwhile.
         let mut outputs = std::mem::take(&mut self.outputs);
         let (outputs, synced) = tokio::task::spawn_blocking(move || {
@@ -648,6 +652,7 @@ impl Committer<'_, '_> {
             Err(StoreError::Fenced { .. }) => return Ok(false),
             Err(e) => return Err(format!("cannot commit the checkpoint: {e}")),
         }
+        self.commits.observe(began.elapsed().as_secs_f64());
         for (output, state) in self.outputs.iter_mut().zip(synced) {
             output.committed(state);
         }

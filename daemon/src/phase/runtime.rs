@@ -108,6 +108,7 @@ pub async fn run(store: Store, settings: Settings, mut shutdown: watch::Receiver
                             let (stop, stopped) = watch::channel(false);
                             let context = RunContext {
                                 task: task.id,
+                                kind: task.kind,
                                 attempt: attempt.clone(),
                                 spec: task.spec.clone(),
                                 store: store.clone(),

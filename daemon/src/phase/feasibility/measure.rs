@@ -149,10 +149,12 @@ pub async fn warm_up(
 }
 
 /// The client a level measures with: `shape`'s endpoints and key, and a
-/// failure counted, not retried (a level measures the server as it is).
+/// failure counted, not retried (a level measures the server as it is);
+/// its requests counted in `metrics`, if given.
 pub fn level_client(
     shape: &GenerationSpec,
     request_deadline_seconds: u64,
+    metrics: Option<crate::telemetry::RequestMetrics>,
 ) -> Result<Arc<InferenceClient>, String> {
     let limits = crate::inference::Limits {
         deadline: Duration::from_secs(request_deadline_seconds),
@@ -163,11 +165,11 @@ pub fn level_client(
         },
         ..Default::default()
     };
-    Ok(Arc::new(InferenceClient::new(
-        &shape.endpoints,
-        shape.api_key_env.as_deref(),
-        limits,
-    )?))
+    let client = InferenceClient::new(&shape.endpoints, shape.api_key_env.as_deref(), limits)?;
+    Ok(Arc::new(match metrics {
+        Some(metrics) => client.with_metrics(metrics),
+        None => client,
+    }))
 }
 
 /// How a level's window is bounded.

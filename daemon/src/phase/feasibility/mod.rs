@@ -353,7 +353,11 @@ async fn run_inner(run: &RunContext, spec: FeasibilitySpec) -> Result<Ended, Str
         }
     }
 
-    let client = measure::level_client(&shape, spec.request_deadline_seconds)?;
+    let client = measure::level_client(
+        &shape,
+        spec.request_deadline_seconds,
+        Some(run.telemetry.requests(run.task, "feasibility")),
+    )?;
     let template = Arc::new(shape.request_template());
     let window = measure::Window {
         min_requests: spec.min_requests,

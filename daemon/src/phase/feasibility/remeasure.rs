@@ -75,7 +75,7 @@ async fn inner(store: &Store, gates: &Gates, task: TaskId) -> Result<Value, Stri
         .map_err(|e| format!("the spec of generation {task} is not valid: {e}"))?;
     let seed = spec.seed.unwrap_or(DEFAULT_SEED);
     let (sample, _) = measure::sample_prompts(&shape, spec.sample_size, seed)?;
-    let client = measure::level_client(&shape, spec.request_deadline_seconds)?;
+    let client = measure::level_client(&shape, spec.request_deadline_seconds, None)?;
     let template = Arc::new(shape.request_template());
     let c = gate.concurrency();
     let window = measure::Window {

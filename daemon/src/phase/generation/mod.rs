@@ -217,7 +217,7 @@ impl RecordPhase for Generation {
         let total = earlier + expected_here;
         let mut progress = json!({
             "done": stats.records, "failed": stats.failed, "rejected": stats.rejected,
-            "total": total, "tokens": stats.tokens,
+            "total": total, "tokens": stats.tokens, "prompt_tokens": stats.prompt_tokens,
         });
         let held_ms = self.held_before_ms.max(0) as u64 + self.gate.held_ms();
         if held_ms > 0 {
@@ -609,7 +609,8 @@ async fn run_inner(run: &RunContext, spec: GenerationSpec) -> Result<Ended, Stri
     let Some((state, outputs)) = pipeline::open(run, &phase, state, &plan).await? else {
         return Ok(Ended::Stopped);
     };
-    let client = Arc::new(client(&spec)?);
+    let client =
+        Arc::new(client(&spec)?.with_metrics(run.telemetry.requests(run.task, "generation")));
     let template = Arc::new(spec.request_template());
     let process = Arc::new(move |prompt: prompts::Prompt| {
         let (client, template, gate) = (client.clone(), template.clone(), gate.clone());
