@@ -30,6 +30,7 @@ pub mod megatron;
 pub mod mock_openai;
 pub mod parquet_rows;
 pub mod rng;
+pub mod scrape;
 
 /// A client of the daemon, with the bearer token when the daemon wants one.
 pub type Client = TodosClient<InterceptedService<Channel, Auth>>;

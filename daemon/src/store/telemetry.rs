@@ -32,7 +32,7 @@ impl Store {
                 &[],
                 |row| {
                     let mut figures = PhaseFigures::read(
-                        row.int(0)?.to_string(),
+                        crate::domain::TaskId(row.int(0)?).to_string(),
                         row.text(1)?.to_string(),
                         row.text(2)? == "in_progress",
                         row.opt_text(3)?.unwrap_or(""),
