@@ -59,12 +59,13 @@ impl Http {
             .with_state(self)
     }
 
-    fn admitted(&self, headers: &HeaderMap) -> Result<(), Response> {
+    /// The 401 a request without the token gets, or `None` to go on.
+    fn refused(&self, headers: &HeaderMap) -> Option<Response> {
         let given = headers.get(header::AUTHORIZATION).map(|v| v.as_bytes());
         if self.inner.auth.admits(given) {
-            return Ok(());
+            return None;
         }
-        Err((
+        Some((
             StatusCode::UNAUTHORIZED,
             [(header::WWW_AUTHENTICATE, "Bearer")],
             "missing or wrong bearer token (authorization: Bearer <token>): this listener \
@@ -75,7 +76,7 @@ impl Http {
 }
 
 async fn metrics(State(http): State<Http>, headers: HeaderMap) -> Response {
-    if let Err(refused) = http.admitted(&headers) {
+    if let Some(refused) = http.refused(&headers) {
         return refused;
     }
     let shared = &http.inner;
