@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use serde_json::Value;
 use todod_e2e::gen::{self, prompt_texts, write_prompts, written};
-use todod_e2e::mock_openai::{Fault, MockOpenAi, Settings};
+use todod_e2e::mock_openai::{Fault, MockOpenAi, ServerMetrics, Settings};
 use todod_e2e::scrape::{get, has, scrape, sum};
-use todod_e2e::{create_generation, kill_while_running, wait_task, RealDaemon, TestDaemon};
+use todod_e2e::{create_generation, kill_while_running, until, wait_task, RealDaemon, TestDaemon};
 
 fn result(task: &todod_e2e::proto::Task) -> Value {
     serde_json::from_str(&task.result_json).unwrap()
@@ -235,4 +235,110 @@ async fn metrics_need_the_token_off_loopback() {
     assert_eq!(status, 404);
     let _ = stop.send(());
     server.await.unwrap().unwrap();
+}
+
+/// A generation against a server with vLLM's `/metrics`: its running and
+/// queued requests reach the progress and the daemon's own `/metrics`,
+/// under todod's names, while the run goes; gone once it has ended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_servers_own_figures_reach_progress_and_metrics() {
+    let mock = MockOpenAi::start(Settings {
+        latency: Duration::from_millis(100),
+        capacity: 2,
+        metrics: ServerMetrics::Vllm,
+        ..Settings::default()
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    write_prompts(&dir.path().join("prompts.jsonl"), 400, false);
+    let daemon = TestDaemon::start().await;
+    let mut c = daemon.client().await;
+    let id = create_generation(
+        &mut c,
+        "gen",
+        gen::spec(dir.path(), &mock.url, 6).to_string(),
+    )
+    .await;
+    // Six sent at once to a server that runs two: four queue there.
+    let server = until(
+        &mut c,
+        "gen",
+        "the server's figures in the progress",
+        async |c| {
+            let task = c
+                .get_task(todod_e2e::proto::GetTaskRequest { id: id.clone() })
+                .await
+                .ok()?
+                .into_inner();
+            let detail: Value =
+                serde_json::from_str(&task.progress.unwrap_or_default().detail_json).ok()?;
+            let server = detail["server"][&mock.url].clone();
+            (server["waiting"].as_f64()? > 0.0).then_some(server)
+        },
+    )
+    .await;
+    assert_eq!(server["running"], 2.0, "{server}");
+    // Between one answer and the next request, five may be in flight.
+    let waiting = server["waiting"].as_f64().unwrap();
+    assert!((1.0..=4.0).contains(&waiting), "{server}");
+    assert_eq!(server["kv_cache_usage"], 1.0, "{server}");
+    let s = scrape(daemon.addr).await;
+    let endpoint = [("endpoint", mock.url.as_str())];
+    assert_eq!(sum(&s, "todod_server_requests_running", &endpoint), 2.0);
+    assert_eq!(sum(&s, "todod_server_kv_cache_usage_ratio", &endpoint), 1.0);
+    assert!(
+        sum(
+            &s,
+            "todod_server_metrics_scrapes_total",
+            &[endpoint[0], ("outcome", "ok")]
+        ) >= 1.0
+    );
+    wait_task(&mut c, "gen", &id, |t| t.status == "completed").await;
+    let s = scrape(daemon.addr).await;
+    assert!(
+        !has(&s, "todod_server_requests_running"),
+        "no run watches the server now"
+    );
+    assert!(mock.metrics_scrapes() >= 1);
+}
+
+/// A server without `/metrics`, and one whose `/metrics` is not the
+/// format: the run goes on as before, nothing is made up, and the daemon
+/// says how its scrapes went.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn absent_or_malformed_server_metrics_are_tolerated() {
+    for shape in [ServerMetrics::Absent, ServerMetrics::Garbage] {
+        let mock = MockOpenAi::start(Settings {
+            metrics: shape,
+            ..Settings::default()
+        })
+        .await;
+        let dir = tempfile::tempdir().unwrap();
+        write_prompts(&dir.path().join("prompts.jsonl"), 200, false);
+        let daemon = TestDaemon::start().await;
+        let mut c = daemon.client().await;
+        let id = create_generation(
+            &mut c,
+            "gen",
+            gen::spec(dir.path(), &mock.url, 4).to_string(),
+        )
+        .await;
+        let task = wait_task(&mut c, "gen", &id, |t| t.status == "completed").await;
+        assert_eq!(result(&task)["records"], 200, "{shape:?}");
+        let detail: Value =
+            serde_json::from_str(&task.progress.unwrap_or_default().detail_json).unwrap();
+        assert!(detail.get("server").is_none(), "{shape:?}: {detail}");
+        assert!(mock.metrics_scrapes() >= 1, "{shape:?}: the daemon looked");
+        let s = scrape(daemon.addr).await;
+        assert_eq!(
+            sum(
+                &s,
+                "todod_server_metrics_scrapes_total",
+                &[("endpoint", mock.url.as_str()), ("outcome", "absent")]
+            ),
+            mock.metrics_scrapes() as f64,
+            "{shape:?}"
+        );
+        assert!(!has(&s, "todod_server_requests_running"), "{shape:?}");
+    }
 }

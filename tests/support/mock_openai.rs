@@ -59,6 +59,21 @@ pub struct Settings {
     /// A throughput curve: how fast the server is with how many requests
     /// in flight, and how it varies over time (see [`Curve`]).
     pub curve: Option<Curve>,
+    /// What `GET /metrics` answers, as an inference server's own metrics.
+    pub metrics: ServerMetrics,
+}
+
+/// The mock's own `/metrics`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ServerMetrics {
+    /// 404, as a server started without metrics.
+    #[default]
+    Absent,
+    /// vLLM's names, from the mock's live state: requests being served
+    /// (running), waiting for a slot (waiting), the cache filling with them.
+    Vllm,
+    /// 200 with a body no parser makes sense of.
+    Garbage,
 }
 
 /// A server whose rate depends on its load and varies over time: with `n`
@@ -108,12 +123,15 @@ impl Default for Settings {
             cold_latency: Duration::ZERO,
             cold_tokens: 0,
             curve: None,
+            metrics: ServerMetrics::Absent,
         }
     }
 }
 
 #[derive(Default)]
 struct State {
+    /// `GET /metrics` requests received.
+    metrics_scrapes: AtomicUsize,
     /// Off for benchmarks: 100k bodies are a lot of memory for nothing.
     keep_bodies: bool,
     faults: Mutex<VecDeque<Fault>>,
@@ -246,6 +264,11 @@ impl MockOpenAi {
     }
 
     /// The most requests the server ever had at once (waiting or served).
+    /// How many times `/metrics` was asked for.
+    pub fn metrics_scrapes(&self) -> usize {
+        self.state.metrics_scrapes.load(Ordering::SeqCst)
+    }
+
     pub fn max_in_flight(&self) -> usize {
         self.state.max_in_flight.load(Ordering::SeqCst)
     }
@@ -334,7 +357,11 @@ async fn read_request(stream: &mut TcpStream) -> Option<Request> {
         }
         buffer.extend_from_slice(&chunk[..n]);
     }
-    let body = serde_json::from_slice(&buffer[header_end..header_end + length]).ok()?;
+    let body = if length == 0 {
+        Value::Null
+    } else {
+        serde_json::from_slice(&buffer[header_end..header_end + length]).ok()?
+    };
     Some(Request {
         path,
         authorization,
@@ -351,6 +378,46 @@ async fn until_abandoned(stream: &mut TcpStream, state: &State) {
     }
 }
 
+async fn serve_metrics(
+    stream: &mut TcpStream,
+    state: &State,
+    settings: Settings,
+) -> std::io::Result<()> {
+    let body = match settings.metrics {
+        ServerMetrics::Absent => {
+            let head = "HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n";
+            return stream.write_all(head.as_bytes()).await;
+        }
+        ServerMetrics::Garbage => "<html>metrics moved</html>\n{{{ not prometheus\n".to_string(),
+        ServerMetrics::Vllm => {
+            let in_flight = state.in_flight.load(Ordering::SeqCst);
+            let capacity = settings.capacity.max(1);
+            let running = in_flight.min(capacity);
+            let waiting = in_flight - running;
+            let tokens = state.requests.load(Ordering::SeqCst) * 10;
+            format!(
+                "# HELP vllm:num_requests_running Number of requests in model execution batches.\n\
+                 # TYPE vllm:num_requests_running gauge\n\
+                 vllm:num_requests_running{{engine=\"0\",model_name=\"mock\"}} {running}.0\n\
+                 # TYPE vllm:num_requests_waiting gauge\n\
+                 vllm:num_requests_waiting{{engine=\"0\",model_name=\"mock\"}} {waiting}.0\n\
+                 # TYPE vllm:kv_cache_usage_perc gauge\n\
+                 vllm:kv_cache_usage_perc{{engine=\"0\",model_name=\"mock\"}} {}\n\
+                 # TYPE vllm:generation_tokens_total counter\n\
+                 vllm:generation_tokens_total{{engine=\"0\",model_name=\"mock\"}} {tokens}.0\n",
+                running as f64 / capacity as f64
+            )
+        }
+    };
+    let head = format!(
+        "HTTP/1.1 200 OK\r\ncontent-type: text/plain; version=0.0.4\r\ncontent-length: {}\r\n\
+         connection: close\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).await?;
+    stream.write_all(body.as_bytes()).await
+}
+
 async fn serve(
     mut stream: TcpStream,
     state: &State,
@@ -360,6 +427,10 @@ async fn serve(
     let Some(request) = read_request(&mut stream).await else {
         return Ok(());
     };
+    if request.path == "/metrics" {
+        state.metrics_scrapes.fetch_add(1, Ordering::SeqCst);
+        return serve_metrics(&mut stream, state, settings).await;
+    }
     // Not counted from the last write on: the client may send its next
     // request as soon as it has read it, before this task drops the count.
     let counted = InFlight::new(state);

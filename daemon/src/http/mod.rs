@@ -65,13 +65,15 @@ impl Http {
         if self.inner.auth.admits(given) {
             return None;
         }
-        Some((
-            StatusCode::UNAUTHORIZED,
-            [(header::WWW_AUTHENTICATE, "Bearer")],
-            "missing or wrong bearer token (authorization: Bearer <token>): this listener \
+        Some(
+            (
+                StatusCode::UNAUTHORIZED,
+                [(header::WWW_AUTHENTICATE, "Bearer")],
+                "missing or wrong bearer token (authorization: Bearer <token>): this listener \
              is not on loopback, so it needs the daemon's token\n",
+            )
+                .into_response(),
         )
-            .into_response())
     }
 }
 

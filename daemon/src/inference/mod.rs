@@ -3,6 +3,7 @@
 pub mod client;
 pub mod endpoints;
 pub mod retry;
+pub mod server_watch;
 pub mod sse;
 
 pub use client::{

@@ -186,10 +186,10 @@ impl Sampler {
 
 /// Samples over a stretch of time (a feasibility level): means, and the
 /// highest KV-cache use.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, serde::Deserialize)]
 pub struct Summary {
     pub samples: u64,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub running: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub waiting: Option<f64>,
@@ -283,6 +283,23 @@ impl Exported {
                 outcome,
             })
             .inc();
+    }
+
+    /// Removes an endpoint's gauges: no phase watches it any more, and a
+    /// figure left at its last value would mislead.
+    pub fn forget(&self, endpoint: &str) {
+        let labels = ServerLabels {
+            endpoint: endpoint.to_string(),
+        };
+        for family in [
+            &self.running,
+            &self.waiting,
+            &self.kv_cache_usage,
+            &self.generation_tokens_per_second,
+            &self.prompt_tokens_per_second,
+        ] {
+            family.remove(&labels);
+        }
     }
 
     /// Sets an endpoint's gauges to `sample`; a figure it lacks is removed,

@@ -314,6 +314,7 @@ pub async fn level(
         error_classes: classes,
         samples,
         wall_seconds: began_level.elapsed().as_secs_f64(),
+        server: None,
     }
 }
 

@@ -365,6 +365,12 @@ async fn run_inner(run: &RunContext, spec: FeasibilitySpec) -> Result<Ended, Str
         max_seconds: spec.max_seconds,
     };
     let planned = planned_levels(&spec);
+    // The servers' own figures, each second: what limited each level.
+    let server = crate::inference::server_watch::ServerWatch::start(
+        &shape.endpoints,
+        std::time::Duration::from_secs(1),
+        run.telemetry.servers().clone(),
+    );
     loop {
         let figures: Vec<Figures> = sweep.levels.iter().map(Level::figures).collect();
         let Some(c) = next_level(&spec, &mut sweep, &planned, records) else {
@@ -388,6 +394,7 @@ async fn run_inner(run: &RunContext, spec: FeasibilitySpec) -> Result<Ended, Str
         if !progress(run, note).await? {
             return Ok(Ended::Stopped);
         }
+        let began = std::time::Instant::now();
         let measured = measure::level(
             &shape,
             client.clone(),
@@ -402,6 +409,7 @@ async fn run_inner(run: &RunContext, spec: FeasibilitySpec) -> Result<Ended, Str
             _ = crate::phase::stopped(&mut stop) => return Ok(Ended::Stopped),
         };
         level.measured_by = run.attempt.clone();
+        level.server = server.summary_since(began);
         sweep.levels.push(level);
         if !between {
             // The geometric levels, in the order measured, decide its stop;

@@ -96,6 +96,63 @@ fn chart(title: &str, unit: &str, points: &[(f64, f64)], chosen: Option<f64>) ->
     svg
 }
 
+/// A duration as a person reads it: `42s`, `2m00s`, `3h05m`, `2d04h`.
+pub fn duration(seconds: f64) -> String {
+    let s = seconds.max(0.0).round() as u64;
+    match s {
+        0..60 => format!("{s}s"),
+        60..3600 => format!("{}m{:02}s", s / 60, s % 60),
+        3600..86400 => format!("{}h{:02}m", s / 3600, s % 3600 / 60),
+        _ => format!("{}d{:02}h", s / 86400, s % 86400 / 3600),
+    }
+}
+
+/// A size in the decimal unit that shows it: `512 B`, `3.41 kB`, `125 GB`.
+pub fn size(bytes: f64) -> String {
+    let units = [
+        ("B", 1.0),
+        ("kB", 1e3),
+        ("MB", 1e6),
+        ("GB", 1e9),
+        ("TB", 1e12),
+    ];
+    let (unit, scale) = units
+        .iter()
+        .rev()
+        .find(|(_, scale)| bytes.abs() >= *scale)
+        .copied()
+        .unwrap_or(units[0]);
+    let v = bytes / scale;
+    match v.abs() {
+        _ if scale == 1.0 => format!("{v:.0} {unit}"),
+        x if x >= 100.0 => format!("{v:.0} {unit}"),
+        x if x >= 10.0 => format!("{v:.1} {unit}"),
+        _ => format!("{v:.2} {unit}"),
+    }
+}
+
+/// A count in the unit that shows it: `950`, `12.5k`, `3.20M`.
+pub fn count(n: f64) -> String {
+    match n.abs() {
+        x if x >= 1e9 => format!("{:.2}G", n / 1e9),
+        x if x >= 1e6 => format!("{:.2}M", n / 1e6),
+        x if x >= 1e4 => format!("{:.1}k", n / 1e3),
+        _ => format!("{n:.0}"),
+    }
+}
+
+/// An estimate `{value, low, high}` as `v (lo–hi, 95%)` in `show`'s units.
+fn estimate_with(value: &Value, show: impl Fn(f64) -> String) -> String {
+    match (
+        num(&value["value"]),
+        num(&value["low"]),
+        num(&value["high"]),
+    ) {
+        (Some(v), Some(lo), Some(hi)) => format!("{} ({}–{}, 95%)", show(v), show(lo), show(hi)),
+        _ => "-".into(),
+    }
+}
+
 fn estimate(value: &Value, scale: f64, digits: usize) -> String {
     match (
         num(&value["value"]),
@@ -112,6 +169,20 @@ fn estimate(value: &Value, scale: f64, digits: usize) -> String {
     }
 }
 
+/// A level's server figures, `running / queued / KV max`, or "-" for a
+/// server without `/metrics`.
+fn server_figures(server: &Value) -> String {
+    if !server.is_object() {
+        return "-".into();
+    }
+    format!(
+        "{} / {} / {}",
+        fmt(num(&server["running"]), 1),
+        fmt(num(&server["waiting"]), 1),
+        fmt(num(&server["max_kv_cache_usage"]).map(|v| v * 100.0), 0) + "%"
+    )
+}
+
 /// The report of `result`.
 pub fn html(result: &Value) -> String {
     let levels = result["levels"].as_array().cloned().unwrap_or_default();
@@ -121,6 +192,7 @@ pub fn html(result: &Value) -> String {
         "<!doctype html><html><head><meta charset=\"utf-8\"><title>todod feasibility</title>\
          <style>body{font-family:system-ui,sans-serif;margin:2em;max-width:60em}\
          table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}\
+         .scroll{overflow-x:auto;max-width:100%}svg{max-width:100%;height:auto}\
          .go{color:#15803d}.nogo{color:#b91c1c}tr.chosen{background:#fef3c7}</style></head><body>",
     );
     out.push_str(&format!(
@@ -151,18 +223,18 @@ pub fn html(result: &Value) -> String {
     if p.is_object() {
         out.push_str(&format!(
             "<h2>Projection for {} records at concurrency {}</h2><table>\
-             <tr><th>wall time (h)</th><td>{}</td></tr>\
+             <tr><th>wall time</th><td>{}</td></tr>\
              <tr><th>records/s</th><td>{}</td></tr>\
-             <tr><th>output tokens (M)</th><td>{}</td></tr>\
-             <tr><th>input tokens (M)</th><td>{}</td></tr>\
-             <tr><th>output (GB)</th><td>{}</td></tr>",
+             <tr><th>output tokens</th><td>{}</td></tr>\
+             <tr><th>input tokens</th><td>{}</td></tr>\
+             <tr><th>output size</th><td>{}</td></tr>",
             p["records"],
             p["concurrency"],
-            estimate(&p["hours"], 1.0, 1),
+            estimate_with(&p["hours"], |h| duration(h * 3600.0)),
             estimate(&p["records_per_second"], 1.0, 2),
-            estimate(&p["output_tokens"], 1e-6, 2),
-            estimate(&p["input_tokens"], 1e-6, 2),
-            estimate(&p["bytes"], 1e-9, 3),
+            estimate_with(&p["output_tokens"], count),
+            estimate_with(&p["input_tokens"], count),
+            estimate_with(&p["bytes"], size),
         ));
         if p["cost"].is_object() {
             out.push_str(&format!(
@@ -205,10 +277,11 @@ pub fn html(result: &Value) -> String {
     out.push_str(&chart("output tokens/s", "by concurrency", &tps, chosen));
     out.push_str(&chart("p99 latency", "s, by concurrency", &p99, chosen));
     out.push_str(
-        "</div><table><tr><th>concurrency</th><th>requests</th><th>req/s</th><th>out tok/s</th>\
+        "</div><div class=\"scroll\"><table><tr><th>concurrency</th><th>requests</th><th>req/s</th><th>out tok/s</th>\
          <th>in tok/s</th><th>TTFT p50</th><th>ITL p50</th><th>e2e p50</th><th>e2e p90</th>\
          <th>e2e p99</th><th>out len p50</th><th>out len p99</th><th>at length</th>\
-         <th>errors</th><th>bytes/rec</th></tr>",
+         <th>errors</th><th>bytes/rec</th><th>server: running / queued / KV max</th>\
+         <th>limited by</th></tr>",
     );
     for l in &levels {
         let row_class = if l["concurrency"].as_f64() == chosen {
@@ -219,7 +292,7 @@ pub fn html(result: &Value) -> String {
         out.push_str(&format!(
             "<tr{row_class}><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>\
              <td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}%</td>\
-             <td>{}%</td><td>{}</td></tr>",
+             <td>{}%</td><td>{}</td><td>{}</td><td>{}</td></tr>",
             l["concurrency"],
             l["requests"],
             fmt(num(&l["requests_per_second"]), 2),
@@ -235,9 +308,11 @@ pub fn html(result: &Value) -> String {
             fmt(num(&l["length_finish_share"]).map(|v| v * 100.0), 1),
             fmt(num(&l["error_rate"]).map(|v| v * 100.0), 1),
             fmt(num(&l["bytes_per_record"]), 0),
+            server_figures(&l["server"]),
+            escape(l["limited_by"].as_str().unwrap_or("-")),
         ));
     }
-    out.push_str("</table>");
+    out.push_str("</table></div>");
     if let Some(why) = result["sweep_stopped"].as_str() {
         out.push_str(&format!("<p>The sweep stopped: {}.</p>", escape(why)));
     }
@@ -290,5 +365,37 @@ mod tests {
         assert!(page.contains("class=\"chosen\""));
         assert_eq!(page.matches("<svg").count(), 2);
         assert_eq!(page, html(&result), "the same result, the same bytes");
+    }
+
+    #[test]
+    fn figures_read_in_units_a_person_uses() {
+        assert_eq!(duration(42.4), "42s");
+        assert_eq!(duration(120.0), "2m00s");
+        assert_eq!(duration(3.0 * 3600.0 + 5.0 * 60.0), "3h05m");
+        assert_eq!(duration(2.0 * 86400.0 + 4.0 * 3600.0), "2d04h");
+        assert_eq!(size(512.0), "512 B");
+        assert_eq!(size(3410.0), "3.41 kB");
+        assert_eq!(size(125e9), "125 GB");
+        assert_eq!(count(950.0), "950");
+        assert_eq!(count(12_500.0), "12.5k");
+        assert_eq!(count(3.2e6), "3.20M");
+        // A two-minute run reads as minutes and megabytes, not 0.0 h and
+        // 0.000 GB; the server's figures and what limited a level show.
+        let result = json!({
+            "verdict": "go",
+            "projection": {
+                "records": 500, "concurrency": 8,
+                "hours": {"value": 2.0 / 60.0, "low": 1.7 / 60.0, "high": 2.3 / 60.0},
+                "bytes": {"value": 2.5e6, "low": 2.0e6, "high": 3.0e6},
+            },
+            "levels": [{"concurrency": 8, "server": {"samples": 5, "running": 7.9, "waiting": 3.0,
+                        "max_kv_cache_usage": 0.42}, "limited_by": "requests <queued>"}],
+        });
+        let page = html(&result);
+        assert!(page.contains("2m00s (1m42s–2m18s, 95%)"), "{page}");
+        assert!(page.contains("2.50 MB (2.00 MB–3.00 MB, 95%)"), "{page}");
+        assert!(page.contains("7.9 / 3.0 / 42%"), "{page}");
+        assert!(page.contains("requests &lt;queued&gt;"), "{page}");
+        assert!(page.contains("class=\"scroll\""));
     }
 }

@@ -44,6 +44,10 @@ pub struct Level {
     /// What measuring it took, ramp-up and drain included: the sweep's cost.
     #[serde(default)]
     pub wall_seconds: f64,
+    /// What the server said of itself while the level ran (its own
+    /// `/metrics`), when it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server: Option<crate::telemetry::server_metrics::Summary>,
 }
 
 /// Percentiles of a set of values.
@@ -108,6 +112,11 @@ pub struct Figures {
     /// between the level's windows (absent with a single window).
     #[serde(default)]
     pub output_tokens_per_second_se: Option<f64>,
+    /// The server's own figures over the level, and what they say limited it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server: Option<crate::telemetry::server_metrics::Summary>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limited_by: Option<String>,
 }
 
 /// The most windows a level is split into, and the fewest answers each.
@@ -211,6 +220,11 @@ impl Level {
                 sum(&|s| s.bytes as f64) / ok
             },
             output_tokens_per_second_se: self.output_rate_se(),
+            server: self.server.clone(),
+            limited_by: self
+                .server
+                .as_ref()
+                .and_then(|s| s.limit(self.concurrency as u32)),
         }
     }
 }
@@ -313,6 +327,7 @@ pub(crate) mod tests {
                 })
                 .collect(),
             wall_seconds: window + latency,
+            server: None,
         }
     }
 

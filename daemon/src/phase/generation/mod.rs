@@ -66,6 +66,10 @@ struct Setup {
     retry_input: Option<PathBuf>,
 }
 
+/// How often a run reads its servers' `/metrics`: often enough for a
+/// dashboard, rare enough to cost the server nothing.
+const SERVER_SCRAPE_EVERY: Duration = Duration::from_secs(5);
+
 struct Generation {
     spec: GenerationSpec,
     retry: bool,
@@ -75,6 +79,8 @@ struct Generation {
     /// How long re-measurements held earlier runs of the task.
     held_before_ms: i64,
     started: std::time::Instant,
+    /// The endpoints' own `/metrics`, read while the run goes.
+    server: crate::inference::server_watch::ServerWatch,
 }
 
 /// The run held against a projection: the feasibility task's, or the last
@@ -219,6 +225,10 @@ impl RecordPhase for Generation {
             "done": stats.records, "failed": stats.failed, "rejected": stats.rejected,
             "total": total, "tokens": stats.tokens, "prompt_tokens": stats.prompt_tokens,
         });
+        if let Some(server) = self.server.latest() {
+            // What the server says of itself: why the rate is what it is.
+            progress["server"] = server;
+        }
         let held_ms = self.held_before_ms.max(0) as u64 + self.gate.held_ms();
         if held_ms > 0 {
             // Wall time that no projection covers, for a reader's ETA.
@@ -600,6 +610,11 @@ async fn run_inner(run: &RunContext, spec: GenerationSpec) -> Result<Ended, Stri
         gate: gate.clone(),
         held_before_ms: held.as_ref().map_or(0, |h| h.remeasured_ms),
         started: std::time::Instant::now(),
+        server: crate::inference::server_watch::ServerWatch::start(
+            &spec.endpoints,
+            SERVER_SCRAPE_EVERY,
+            run.telemetry.servers().clone(),
+        ),
     });
     let plan = PassPlan {
         input,
