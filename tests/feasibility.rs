@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 use todod_e2e::gen::write_prompts;
-use todod_e2e::mock_openai::{Curve, MockOpenAi, Settings};
+use todod_e2e::mock_openai::{Curve, MockOpenAi, ServerMetrics, Settings};
 use todod_e2e::{create_phase, proto, transition, wait_task, Client, RealDaemon, TestDaemon};
 
 /// A server of 4 slots: about 40 ms to the first token, then 400 tokens/s a
@@ -331,6 +331,63 @@ async fn a_cold_server_is_warmed_up_without_counting_or_hanging() {
         "a cold answer was counted: {level}"
     );
     assert_eq!(level["error_rate"], 0.0);
+}
+
+/// A server with vLLM's `/metrics`: each level says what the server said
+/// of itself while it ran, and what limited it; eight sent to a server
+/// that runs four queue there, and the report says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_level_says_what_limited_it_from_the_servers_own_metrics() {
+    let mock = MockOpenAi::start(Settings {
+        metrics: ServerMetrics::Vllm,
+        ..four_slots()
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    write_prompts(&dir.path().join("prompts.jsonl"), 200, false);
+    let report = dir.path().join("feasibility.html");
+    let daemon = TestDaemon::start().await;
+    let mut c = daemon.client().await;
+    let spec = sweep_spec(json!({
+        "prompts": dir.path().join("prompts.jsonl"),
+        "endpoints": [mock.url],
+        "model": "mock-model",
+        "concurrency": [2, 8],
+        "report": report,
+        "window": {"min_requests": 20, "min_seconds": 3.0, "max_seconds": 30},
+    }));
+    let id = create(&mut c, "lim", "feasibility", &spec, &[])
+        .await
+        .unwrap();
+    let task = wait_ended(&mut c, "lim", &id).await;
+    assert_eq!(task.status, "completed", "{}", task.error);
+    let r = result(&task);
+    let level = |c: u64| {
+        r["levels"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|l| l["concurrency"] == c)
+            .cloned()
+            .unwrap()
+    };
+    for c in [2, 8] {
+        assert!(
+            level(c)["server"]["samples"].as_u64().unwrap() >= 1,
+            "{r:#}"
+        );
+    }
+    let eight = level(8);
+    assert!(
+        eight["limited_by"].as_str().unwrap().contains("queued"),
+        "{eight:#}"
+    );
+    assert!(
+        eight["server"]["waiting"].as_f64().unwrap() > 0.5,
+        "{eight:#}"
+    );
+    let page = std::fs::read_to_string(&report).unwrap();
+    assert!(page.contains("requests queued on the server"), "{page}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

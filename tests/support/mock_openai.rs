@@ -70,7 +70,8 @@ pub enum ServerMetrics {
     #[default]
     Absent,
     /// vLLM's names, from the mock's live state: requests being served
-    /// (running), waiting for a slot (waiting), the cache filling with them.
+    /// (running), waiting for a slot (waiting), the cache filling with them
+    /// (60 % when every slot is taken).
     Vllm,
     /// 200 with a body no parser makes sense of.
     Garbage,
@@ -405,7 +406,8 @@ async fn serve_metrics(
                  vllm:kv_cache_usage_perc{{engine=\"0\",model_name=\"mock\"}} {}\n\
                  # TYPE vllm:generation_tokens_total counter\n\
                  vllm:generation_tokens_total{{engine=\"0\",model_name=\"mock\"}} {tokens}.0\n",
-                running as f64 / capacity as f64
+                // Its slots, not its cache, bound it: full slots fill 60 %.
+                0.6 * running as f64 / capacity as f64
             )
         }
     };
