@@ -342,3 +342,51 @@ async fn absent_or_malformed_server_metrics_are_tolerated() {
         assert!(!has(&s, "todod_server_requests_running"), "{shape:?}");
     }
 }
+
+/// llama.cpp's server started with `--metrics` (as `scripts/local-backend`
+/// starts it): its own figures reach the run's progress and `/metrics`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn llama_servers_own_metrics_are_read_during_a_real_run() {
+    let server = todod_e2e::llama_server::LlamaServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    write_prompts(&dir.path().join("prompts.jsonl"), 120, false);
+    let daemon = TestDaemon::start().await;
+    let mut c = daemon.client().await;
+    let id = create_generation(
+        &mut c,
+        "gen",
+        gen::spec(dir.path(), &server.url, 8).to_string(),
+    )
+    .await;
+    let seen = until(
+        &mut c,
+        "gen",
+        "llama-server's figures in the progress",
+        async |c| {
+            let task = c
+                .get_task(todod_e2e::proto::GetTaskRequest { id: id.clone() })
+                .await
+                .ok()?
+                .into_inner();
+            let detail: Value =
+                serde_json::from_str(&task.progress.unwrap_or_default().detail_json).ok()?;
+            let figures = detail["server"][&server.url].clone();
+            (figures["running"].as_f64()? >= 1.0).then_some(figures)
+        },
+    )
+    .await;
+    assert!(seen["running"].as_f64().unwrap() <= 8.0, "{seen}");
+    assert!(seen["waiting"].is_number(), "{seen}");
+    let s = scrape(daemon.addr).await;
+    let endpoint = [("endpoint", server.url.as_str())];
+    assert!(has(&s, "todod_server_requests_running"), "{s:?}");
+    assert!(
+        sum(
+            &s,
+            "todod_server_metrics_scrapes_total",
+            &[endpoint[0], ("outcome", "ok")]
+        ) >= 1.0
+    );
+    let task = wait_task(&mut c, "gen", &id, |t| t.status == "completed").await;
+    assert_eq!(result(&task)["records"], 120, "{}", task.error);
+}
