@@ -97,6 +97,7 @@ pub async fn run(
     store: Store,
     clock: Arc<dyn Clock>,
     gates: Gates,
+    telemetry: crate::telemetry::Telemetry,
     mut stop: watch::Receiver<bool>,
 ) {
     let mut commits = store.subscribe();
@@ -129,16 +130,28 @@ pub async fn run(
                     if schedule.action == Action::Remeasure.as_str()
                         && schedule.kind == Kind::Generation
                     {
-                        let (store, clock, gates) = (store.clone(), clock.clone(), gates.clone());
+                        let (store, clock, gates, telemetry) = (
+                            store.clone(),
+                            clock.clone(),
+                            gates.clone(),
+                            telemetry.clone(),
+                        );
                         let task = schedule.task;
                         measuring.start(task, async move {
-                            fire(&store, clock.as_ref(), None, &gates, &schedule).await
+                            fire(&store, clock.as_ref(), None, &gates, &telemetry, &schedule).await
                         });
                         busy = true;
                         continue;
                     }
-                    if let Err(e) =
-                        fire(&store, clock.as_ref(), http.as_ref(), &gates, &schedule).await
+                    if let Err(e) = fire(
+                        &store,
+                        clock.as_ref(),
+                        http.as_ref(),
+                        &gates,
+                        &telemetry,
+                        &schedule,
+                    )
+                    .await
                     {
                         tracing::warn!(task = %schedule.task, error = %e, "schedule firing not recorded");
                         failed = true;
@@ -252,6 +265,7 @@ async fn fire(
     clock: &dyn Clock,
     http: Option<&reqwest::Client>,
     gates: &Gates,
+    telemetry: &crate::telemetry::Telemetry,
     due: &DueSchedule,
 ) -> Result<(), crate::store::Error> {
     let now = clock.now_ms();
@@ -287,7 +301,8 @@ async fn fire(
         }
         Action::Remeasure => {
             let found =
-                crate::phase::feasibility::remeasure::remeasure(store, gates, due.task).await;
+                crate::phase::feasibility::remeasure::remeasure(store, gates, telemetry, due.task)
+                    .await;
             if let (Value::Object(out), Value::Object(found)) = (&mut outcome, found) {
                 out.extend(found);
             }

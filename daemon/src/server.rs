@@ -246,6 +246,7 @@ pub async fn run(
         store.clone(),
         clock,
         gates,
+        options.telemetry.clone(),
         stop_rx.clone(),
     ));
 

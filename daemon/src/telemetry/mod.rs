@@ -135,6 +135,11 @@ impl Telemetry {
         let i = &self.inner;
         RequestMetrics {
             telemetry: self.clone(),
+            ok: i.requests.get_or_create_owned(&RequestLabels {
+                task: labels.task.clone(),
+                kind: labels.kind.clone(),
+                outcome: Outcome::ok,
+            }),
             in_flight: i.in_flight.get_or_create_owned(&labels),
             retries: i.retries.get_or_create_owned(&labels),
             duration: i.duration.get_or_create_owned(&labels),
@@ -167,6 +172,9 @@ impl Telemetry {
 pub struct RequestMetrics {
     telemetry: Telemetry,
     labels: TaskLabels,
+    /// The answered requests' counter, taken once: the common case looks
+    /// up no label set.
+    ok: Counter,
     in_flight: Gauge,
     retries: Counter,
     duration: Histogram,
@@ -206,15 +214,19 @@ impl RequestMetrics {
         first_token: Option<Duration>,
         output_tokens: Option<u64>,
     ) {
-        self.telemetry
-            .inner
-            .requests
-            .get_or_create(&RequestLabels {
-                task: self.labels.task.clone(),
-                kind: self.labels.kind.clone(),
-                outcome,
-            })
-            .inc();
+        if outcome == Outcome::ok {
+            self.ok.inc();
+        } else {
+            self.telemetry
+                .inner
+                .requests
+                .get_or_create(&RequestLabels {
+                    task: self.labels.task.clone(),
+                    kind: self.labels.kind.clone(),
+                    outcome,
+                })
+                .inc();
+        }
         self.duration.observe(took.as_secs_f64());
         if let Some(first) = first_token {
             self.first_token.observe(first.as_secs_f64());

@@ -29,14 +29,26 @@ use crate::store::Store;
 const DRAIN_SLACK: Duration = Duration::from_secs(30);
 
 /// Re-measures for generation `task`; the outcome for the firing's event.
-pub async fn remeasure(store: &Store, gates: &Gates, task: TaskId) -> Value {
-    match inner(store, gates, task).await {
+/// Its requests are counted in `telemetry` under the generation's task,
+/// kind `remeasure`.
+pub async fn remeasure(
+    store: &Store,
+    gates: &Gates,
+    telemetry: &crate::telemetry::Telemetry,
+    task: TaskId,
+) -> Value {
+    match inner(store, gates, telemetry, task).await {
         Ok(outcome) => outcome,
         Err(error) => json!({ "error": error }),
     }
 }
 
-async fn inner(store: &Store, gates: &Gates, task: TaskId) -> Result<Value, String> {
+async fn inner(
+    store: &Store,
+    gates: &Gates,
+    telemetry: &crate::telemetry::Telemetry,
+    task: TaskId,
+) -> Result<Value, String> {
     let generation = store
         .get_task(task)
         .await
@@ -75,7 +87,11 @@ async fn inner(store: &Store, gates: &Gates, task: TaskId) -> Result<Value, Stri
         .map_err(|e| format!("the spec of generation {task} is not valid: {e}"))?;
     let seed = spec.seed.unwrap_or(DEFAULT_SEED);
     let (sample, _) = measure::sample_prompts(&shape, spec.sample_size, seed)?;
-    let client = measure::level_client(&shape, spec.request_deadline_seconds, None)?;
+    let client = measure::level_client(
+        &shape,
+        spec.request_deadline_seconds,
+        Some(telemetry.requests(task, "remeasure")),
+    )?;
     let template = Arc::new(shape.request_template());
     let c = gate.concurrency();
     let window = measure::Window {
