@@ -14,6 +14,33 @@ fn result(task: &todod_e2e::proto::Task) -> Value {
     serde_json::from_str(&task.result_json).unwrap()
 }
 
+/// Follows `id`'s progress until the server figures it reports for
+/// `endpoint` satisfy `ready`; returns them.
+async fn server_figures_when(
+    c: &mut todod_e2e::Client,
+    id: &str,
+    endpoint: &str,
+    ready: fn(&Value) -> Option<bool>,
+) -> Value {
+    until(
+        c,
+        "gen",
+        "the server's figures in the progress",
+        async |c| {
+            let task = c
+                .get_task(todod_e2e::proto::GetTaskRequest { id: id.into() })
+                .await
+                .ok()?
+                .into_inner();
+            let detail: Value =
+                serde_json::from_str(&task.progress.unwrap_or_default().detail_json).ok()?;
+            let figures = detail["server"][endpoint].clone();
+            ready(&figures)?.then_some(figures)
+        },
+    )
+    .await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_scrape_counts_what_the_run_wrote_and_every_request_it_made() {
     const PROMPTS: usize = 300;
@@ -260,22 +287,9 @@ async fn the_servers_own_figures_reach_progress_and_metrics() {
     )
     .await;
     // Six sent at once to a server that runs two: four queue there.
-    let server = until(
-        &mut c,
-        "gen",
-        "the server's figures in the progress",
-        async |c| {
-            let task = c
-                .get_task(todod_e2e::proto::GetTaskRequest { id: id.clone() })
-                .await
-                .ok()?
-                .into_inner();
-            let detail: Value =
-                serde_json::from_str(&task.progress.unwrap_or_default().detail_json).ok()?;
-            let server = detail["server"][&mock.url].clone();
-            (server["waiting"].as_f64()? > 0.0).then_some(server)
-        },
-    )
+    let server = server_figures_when(&mut c, &id, &mock.url, |f| {
+        Some(f["waiting"].as_f64()? > 0.0)
+    })
     .await;
     assert_eq!(server["running"], 2.0, "{server}");
     // Between one answer and the next request, five may be in flight.
@@ -358,22 +372,9 @@ async fn llama_servers_own_metrics_are_read_during_a_real_run() {
         gen::spec(dir.path(), &server.url, 8).to_string(),
     )
     .await;
-    let seen = until(
-        &mut c,
-        "gen",
-        "llama-server's figures in the progress",
-        async |c| {
-            let task = c
-                .get_task(todod_e2e::proto::GetTaskRequest { id: id.clone() })
-                .await
-                .ok()?
-                .into_inner();
-            let detail: Value =
-                serde_json::from_str(&task.progress.unwrap_or_default().detail_json).ok()?;
-            let figures = detail["server"][&server.url].clone();
-            (figures["running"].as_f64()? >= 1.0).then_some(figures)
-        },
-    )
+    let seen = server_figures_when(&mut c, &id, &server.url, |f| {
+        Some(f["running"].as_f64()? >= 1.0)
+    })
     .await;
     assert!(seen["running"].as_f64().unwrap() <= 8.0, "{seen}");
     assert!(seen["waiting"].is_number(), "{seen}");
