@@ -32,29 +32,7 @@ fn span(e: &Value, unit: fn(f64) -> String) -> String {
     }
 }
 
-/// `950`, `12.3k`, `4.56M`.
-fn count(n: f64) -> String {
-    if n >= 1e6 {
-        format!("{:.2}M", n / 1e6)
-    } else if n >= 1e4 {
-        format!("{:.1}k", n / 1e3)
-    } else {
-        format!("{n:.0}")
-    }
-}
-
-/// `512 B`, `340 kB`, `1.2 MB`, `3.40 GB`.
-fn size(n: f64) -> String {
-    if n >= 1e9 {
-        format!("{:.2} GB", n / 1e9)
-    } else if n >= 1e6 {
-        format!("{:.1} MB", n / 1e6)
-    } else if n >= 1e3 {
-        format!("{:.0} kB", n / 1e3)
-    } else {
-        format!("{n:.0} B")
-    }
-}
+use todod_proto::units::{count, size};
 
 /// A pipeline's phase tasks, one line each (and a second for a schedule):
 /// state, counts, rate, and for a generation with a feasibility projection,

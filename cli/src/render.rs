@@ -67,14 +67,7 @@ pub fn progress_text(p: &Progress) -> Option<String> {
     (!parts.is_empty()).then(|| parts.join(", "))
 }
 
-/// `45s`, `3m20s`, `2h05m`.
-pub fn duration(secs: i64) -> String {
-    match secs {
-        s if s < 60 => format!("{s}s"),
-        s if s < 3600 => format!("{}m{:02}s", s / 60, s % 60),
-        s => format!("{}h{:02}m", s / 3600, (s % 3600) / 60),
-    }
-}
+pub use todod_proto::units::duration;
 
 /// `2026-12-01 14:35:04Z (3m20s ago)`: the daemon's time to the second, and
 /// how long ago it was, in the one duration format; `in 5m` for a time to

@@ -96,50 +96,7 @@ fn chart(title: &str, unit: &str, points: &[(f64, f64)], chosen: Option<f64>) ->
     svg
 }
 
-/// A duration as a person reads it: `42s`, `2m00s`, `3h05m`, `2d04h`.
-pub fn duration(seconds: f64) -> String {
-    let s = seconds.max(0.0).round() as u64;
-    match s {
-        0..60 => format!("{s}s"),
-        60..3600 => format!("{}m{:02}s", s / 60, s % 60),
-        3600..86400 => format!("{}h{:02}m", s / 3600, s % 3600 / 60),
-        _ => format!("{}d{:02}h", s / 86400, s % 86400 / 3600),
-    }
-}
-
-/// A size in the decimal unit that shows it: `512 B`, `3.41 kB`, `125 GB`.
-pub fn size(bytes: f64) -> String {
-    let units = [
-        ("B", 1.0),
-        ("kB", 1e3),
-        ("MB", 1e6),
-        ("GB", 1e9),
-        ("TB", 1e12),
-    ];
-    let (unit, scale) = units
-        .iter()
-        .rev()
-        .find(|(_, scale)| bytes.abs() >= *scale)
-        .copied()
-        .unwrap_or(units[0]);
-    let v = bytes / scale;
-    match v.abs() {
-        _ if scale == 1.0 => format!("{v:.0} {unit}"),
-        x if x >= 100.0 => format!("{v:.0} {unit}"),
-        x if x >= 10.0 => format!("{v:.1} {unit}"),
-        _ => format!("{v:.2} {unit}"),
-    }
-}
-
-/// A count in the unit that shows it: `950`, `12.5k`, `3.20M`.
-pub fn count(n: f64) -> String {
-    match n.abs() {
-        x if x >= 1e9 => format!("{:.2}G", n / 1e9),
-        x if x >= 1e6 => format!("{:.2}M", n / 1e6),
-        x if x >= 1e4 => format!("{:.1}k", n / 1e3),
-        _ => format!("{n:.0}"),
-    }
-}
+use crate::proto::units::{count, duration, size};
 
 /// An estimate `{value, low, high}` as `v (lo–hi, 95%)` in `show`'s units.
 fn estimate_with(value: &Value, show: impl Fn(f64) -> String) -> String {
@@ -230,7 +187,7 @@ pub fn html(result: &Value) -> String {
              <tr><th>output size</th><td>{}</td></tr>",
             p["records"],
             p["concurrency"],
-            estimate_with(&p["hours"], |h| duration(h * 3600.0)),
+            estimate_with(&p["hours"], |h| duration((h * 3600.0).round() as i64)),
             estimate(&p["records_per_second"], 1.0, 2),
             estimate_with(&p["output_tokens"], count),
             estimate_with(&p["input_tokens"], count),
@@ -369,16 +326,6 @@ mod tests {
 
     #[test]
     fn figures_read_in_units_a_person_uses() {
-        assert_eq!(duration(42.4), "42s");
-        assert_eq!(duration(120.0), "2m00s");
-        assert_eq!(duration(3.0 * 3600.0 + 5.0 * 60.0), "3h05m");
-        assert_eq!(duration(2.0 * 86400.0 + 4.0 * 3600.0), "2d04h");
-        assert_eq!(size(512.0), "512 B");
-        assert_eq!(size(3410.0), "3.41 kB");
-        assert_eq!(size(125e9), "125 GB");
-        assert_eq!(count(950.0), "950");
-        assert_eq!(count(12_500.0), "12.5k");
-        assert_eq!(count(3.2e6), "3.20M");
         // A two-minute run reads as minutes and megabytes, not 0.0 h and
         // 0.000 GB; the server's figures and what limited a level show.
         let result = json!({
@@ -393,7 +340,7 @@ mod tests {
         });
         let page = html(&result);
         assert!(page.contains("2m00s (1m42s–2m18s, 95%)"), "{page}");
-        assert!(page.contains("2.50 MB (2.00 MB–3.00 MB, 95%)"), "{page}");
+        assert!(page.contains("2.5 MB (2.0 MB–3.0 MB, 95%)"), "{page}");
         assert!(page.contains("7.9 / 3.0 / 42%"), "{page}");
         assert!(page.contains("requests &lt;queued&gt;"), "{page}");
         assert!(page.contains("class=\"scroll\""));
