@@ -212,6 +212,21 @@ async fn counters_restart_from_the_checkpoint_after_kill_9() {
         sum(&s, "todod_phase_output_tokens_total", &this),
         files.tokens as f64
     );
+    // The input tokens too, as the records that were kept say them.
+    let prompt_tokens: u64 = std::fs::read_to_string(dir.path().join("out.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let record: Value = serde_json::from_str(l).unwrap();
+            record["usage"]["prompt_tokens"].as_u64().unwrap()
+        })
+        .sum();
+    assert!(prompt_tokens > 0);
+    assert_eq!(result["prompt_tokens"], prompt_tokens);
+    assert_eq!(
+        sum(&s, "todod_phase_input_tokens_total", &this),
+        prompt_tokens as f64
+    );
     println!(
         "{} kills at {:?} done; the last scrape: {} written",
         kills.len(),
