@@ -148,7 +148,7 @@ pub fn html(result: &Value) -> String {
     let mut out = String::from(
         "<!doctype html><html><head><meta charset=\"utf-8\"><title>todod feasibility</title>\
          <style>body{font-family:system-ui,sans-serif;margin:2em;max-width:60em}\
-         table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}\
+         table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}td{white-space:nowrap}\
          .scroll{overflow-x:auto;max-width:100%}svg{max-width:100%;height:auto}\
          .go{color:#15803d}.nogo{color:#b91c1c}tr.chosen{background:#fef3c7}</style></head><body>",
     );
