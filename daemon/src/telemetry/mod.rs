@@ -46,6 +46,22 @@ pub enum Outcome {
     malformed,
 }
 
+impl Outcome {
+    /// The label value, as `/metrics` and the status page name the class.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::ok => "ok",
+            Outcome::connect => "connect",
+            Outcome::timeout => "timeout",
+            Outcome::rate_limited => "rate_limited",
+            Outcome::server_error => "server_error",
+            Outcome::client_error => "client_error",
+            Outcome::incomplete => "incomplete",
+            Outcome::malformed => "malformed",
+        }
+    }
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RequestLabels {
     pub task: String,

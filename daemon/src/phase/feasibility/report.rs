@@ -140,8 +140,93 @@ fn server_figures(server: &Value) -> String {
     )
 }
 
+/// How a generation held to this feasibility's projection went: the
+/// generation's task id and its result's `projection` (`vouch::outcome`).
+pub type Outcome<'a> = (&'a str, &'a Value);
+
+/// The actual wall time of each run against the projected band: a line of
+/// text and a strip with the band, the projected value and the actual.
+fn outcomes(runs: &[Outcome]) -> String {
+    let mut out = String::new();
+    for (task, o) in runs {
+        let h = &o["projected_hours"];
+        let (Some(v), Some(lo), Some(hi), Some(actual)) = (
+            num(&h["value"]),
+            num(&h["low"]),
+            num(&h["high"]),
+            num(&o["actual_hours"]),
+        ) else {
+            continue;
+        };
+        let held = num(&o["held_for_remeasures_hours"]).unwrap_or(0.0);
+        // What is compared: the run's time less its holds.
+        let compared = (actual - held).max(0.0);
+        let secs = |hours: f64| duration((hours * 3600.0).round() as i64);
+        let error = if v > 0.0 { compared / v - 1.0 } else { 0.0 };
+        let inside = compared >= lo && compared <= hi;
+        if out.is_empty() {
+            out.push_str("<h2>How the generation went</h2>");
+        }
+        out.push_str(&format!(
+            "<p class=\"actual\">Generation {} took <b>{}</b>{} against {} projected \
+             ({}–{}, 95%): {:.1} % {} than projected, <b>{}</b> the band.</p>",
+            escape(task),
+            secs(compared),
+            if held > 0.0 {
+                format!(" (and {} held for re-measurements)", secs(held))
+            } else {
+                String::new()
+            },
+            secs(v),
+            secs(lo),
+            secs(hi),
+            error.abs() * 100.0,
+            if error > 0.0 { "slower" } else { "faster" },
+            if inside { "inside" } else { "outside" },
+        ));
+        out.push_str(&band_strip(lo, v, hi, compared, &secs));
+    }
+    out
+}
+
+/// A horizontal strip: the projected band (filled), its value (dashed) and
+/// the actual (a diamond), on one time axis.
+fn band_strip(lo: f64, v: f64, hi: f64, actual: f64, show: &dyn Fn(f64) -> String) -> String {
+    const W: f64 = 420.0;
+    const H: f64 = 64.0;
+    const PAD: f64 = 24.0;
+    let (a, b) = (lo.min(actual) * 0.9, hi.max(actual) * 1.1);
+    let span = (b - a).max(1e-12);
+    let x = |t: f64| PAD + (t - a) / span * (W - 2.0 * PAD);
+    format!(
+        "<svg class=\"band\" xmlns=\"http://www.w3.org/2000/svg\" width=\"{W}\" height=\"{H}\" \
+         viewBox=\"0 0 {W} {H}\" role=\"img\" aria-label=\"actual {act} against projected {val} \
+         ({low} to {high})\"><rect x=\"{x0:.1}\" y=\"14\" width=\"{w:.1}\" height=\"22\" \
+         fill=\"#E69F00\" fill-opacity=\"0.35\"/><line x1=\"{xv:.1}\" x2=\"{xv:.1}\" y1=\"10\" \
+         y2=\"40\" stroke=\"#E69F00\" stroke-width=\"2\" stroke-dasharray=\"4 3\"/>\
+         <path d=\"M{xa:.1} 15 l7 10 l-7 10 l-7 -10 z\" fill=\"#0072B2\"/>\
+         <text x=\"{xa:.1}\" y=\"56\" font-size=\"11\" text-anchor=\"middle\">actual {act}</text>\
+         <text x=\"{x0:.1}\" y=\"10\" font-size=\"10\">{low}</text>\
+         <text x=\"{x1:.1}\" y=\"10\" font-size=\"10\" text-anchor=\"end\">{high}</text></svg>",
+        act = show(actual),
+        val = show(v),
+        low = show(lo),
+        high = show(hi),
+        x0 = x(lo),
+        x1 = x(hi),
+        w = (x(hi) - x(lo)).max(1.0),
+        xv = x(v),
+        xa = x(actual),
+    )
+}
+
 /// The report of `result`.
 pub fn html(result: &Value) -> String {
+    html_with_runs(result, &[])
+}
+
+/// The report of `result`, with how the generations held to it went.
+pub fn html_with_runs(result: &Value, runs: &[Outcome]) -> String {
     let levels = result["levels"].as_array().cloned().unwrap_or_default();
     let chosen = result["choice"]["concurrency"].as_f64();
     let verdict = result["verdict"].as_str().unwrap_or("-");
@@ -205,6 +290,7 @@ pub fn html(result: &Value) -> String {
         }
         out.push_str("</ul>");
     }
+    out.push_str(&outcomes(runs));
     if let Some(why) = result["choice"]["why"].as_str() {
         out.push_str(&format!(
             "<p>Chosen: concurrency {}, {}.</p>",
@@ -344,5 +430,35 @@ mod tests {
         assert!(page.contains("7.9 / 3.0 / 42%"), "{page}");
         assert!(page.contains("requests &lt;queued&gt;"), "{page}");
         assert!(page.contains("class=\"scroll\""));
+    }
+
+    #[test]
+    fn a_run_held_to_the_projection_is_shown_against_its_band() {
+        let result = json!({"verdict": "go", "projection": {"records": 300, "concurrency": 8,
+            "hours": {"value": 0.08, "low": 0.07, "high": 0.09}}});
+        let outcome = json!({"feasibility": "t2", "projected_hours": {"value": 0.08,
+            "low": 0.07, "high": 0.09}, "actual_hours": 0.075, "held_for_remeasures_hours": 0.0,
+            "inside_interval": true, "error": -0.0625});
+        let page = html_with_runs(&result, &[("t3", &outcome)]);
+        assert!(
+            page.contains("Generation t3 took <b>4m30s</b> against 4m48s projected (4m12s–5m24s, 95%): 6.2 % faster than projected, <b>inside</b> the band."),
+            "{page}"
+        );
+        assert!(page.contains("class=\"band\""));
+        // A run that took longer than the band, with a hold left out.
+        let slow = json!({"projected_hours": {"value": 0.08, "low": 0.07, "high": 0.09},
+            "actual_hours": 0.2, "held_for_remeasures_hours": 0.1});
+        let page = html_with_runs(&result, &[("<t9>", &slow)]);
+        assert!(
+            page.contains(
+                "Generation &lt;t9&gt; took <b>6m00s</b> (and 6m00s held for re-measurements)"
+            ),
+            "{page}"
+        );
+        assert!(
+            page.contains("25.0 % slower than projected, <b>outside</b> the band"),
+            "{page}"
+        );
+        assert!(!html(&result).contains("How the generation went"));
     }
 }

@@ -84,6 +84,89 @@ pub async fn of(store: &Store, task: TaskId) -> Result<Option<Vouch>, String> {
     Ok(best.map(|(_, v)| v))
 }
 
+/// The outcomes (`result.projection`, see [`outcome`]) of the completed
+/// generations held to feasibility `task`, by task id.
+async fn held_runs(store: &Store, task: TaskId) -> Result<Vec<(String, Value)>, String> {
+    let mut runs = Vec::new();
+    let dependents = store
+        .dependents(task)
+        .await
+        .map_err(|e| format!("cannot read the tasks after {task}: {e}"))?;
+    for t in dependents {
+        if t.kind != Kind::Generation || t.status != Status::Completed {
+            continue;
+        }
+        let result: Value = t
+            .result
+            .as_deref()
+            .and_then(|r| serde_json::from_str(r).ok())
+            .unwrap_or_default();
+        if result["projection"]["feasibility"] == task.to_string() {
+            runs.push((t.id.to_string(), result["projection"].clone()));
+        }
+    }
+    Ok(runs)
+}
+
+/// Writes feasibility `task`'s report again with how its generations went:
+/// the completed ones and `ending` (a generation whose completion is being
+/// committed, with its result), each actual time against the band.
+pub async fn report_outcome(
+    store: &Store,
+    fs: &dyn crate::phase::files::Fs,
+    task: TaskId,
+    ending: (TaskId, &Value),
+) -> Result<(), String> {
+    let t = store
+        .get_task(task)
+        .await
+        .map_err(|e| format!("cannot read {task}: {e}"))?;
+    let spec: Value = t
+        .spec
+        .as_deref()
+        .and_then(|s| serde_json::from_str(s).ok())
+        .unwrap_or_default();
+    let (Some(path), Some(result)) = (
+        spec["report"].as_str(),
+        t.result
+            .as_deref()
+            .and_then(|r| serde_json::from_str::<Value>(r).ok()),
+    ) else {
+        return Ok(());
+    };
+    let mut runs = held_runs(store, task).await?;
+    runs.retain(|(id, _)| *id != ending.0.to_string());
+    runs.push((ending.0.to_string(), ending.1["projection"].clone()));
+    let runs: Vec<super::report::Outcome> = runs.iter().map(|(id, o)| (id.as_str(), o)).collect();
+    let html = super::report::html_with_runs(&result, &runs);
+    super::report::write(
+        fs,
+        "report",
+        std::path::Path::new(path),
+        html.as_bytes(),
+        true,
+    )
+}
+
+/// Feasibility `task`'s report as it stands: rendered from its result and
+/// its generations' outcomes (the same bytes as the file, once written).
+pub async fn report_now(store: &Store, task: TaskId) -> Result<Option<String>, String> {
+    let t = store
+        .get_task(task)
+        .await
+        .map_err(|e| format!("cannot read {task}: {e}"))?;
+    let Some(result) = t
+        .result
+        .as_deref()
+        .and_then(|r| serde_json::from_str::<Value>(r).ok())
+    else {
+        return Ok(None);
+    };
+    let runs = held_runs(store, task).await?;
+    let runs: Vec<super::report::Outcome> = runs.iter().map(|(id, o)| (id.as_str(), o)).collect();
+    Ok(Some(super::report::html_with_runs(&result, &runs)))
+}
+
 /// Tolerance around a projected interval before a figure counts as outside:
 /// a short window is noisier than the measurement it is compared with.
 const SLACK: f64 = 0.10;

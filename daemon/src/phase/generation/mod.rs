@@ -55,7 +55,18 @@ pub struct Stats {
     /// The last failure's message, for a verdict that says why.
     #[serde(default)]
     pub last_error: String,
+    /// Prompts in the failures file by how their last attempt failed (the
+    /// classes `/metrics` counts requests by): they sum to `failed`.
+    #[serde(default)]
+    pub failures_by_class: std::collections::BTreeMap<String, u64>,
+    /// The newest failures' messages, oldest first, at most
+    /// [`RECENT_ERRORS`].
+    #[serde(default)]
+    pub recent_errors: Vec<String>,
 }
+
+/// How many failure messages the progress keeps for a person to read.
+pub const RECENT_ERRORS: usize = 5;
 
 /// How a pass was set up (`PhaseState::setup`).
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -179,6 +190,19 @@ impl RecordPhase for Generation {
             Err(failed) => {
                 stats.failed += 1;
                 stats.last_error = failed.failure.to_string();
+                *stats
+                    .failures_by_class
+                    .entry(failed.failure.class().as_str().to_string())
+                    .or_default() += 1;
+                if stats.recent_errors.len() == RECENT_ERRORS {
+                    stats.recent_errors.remove(0);
+                }
+                stats
+                    .recent_errors
+                    .push(crate::domain::model::clip(&format!(
+                        "{}: {}",
+                        prompt.id, stats.last_error
+                    )));
                 let (messages, prompt_text) = match self.spec.api {
                     Api::Chat => (Some(&*prompt.input), None),
                     Api::Completions => (None, Some(&*prompt.input)),
@@ -225,6 +249,12 @@ impl RecordPhase for Generation {
             "done": stats.records, "failed": stats.failed, "rejected": stats.rejected,
             "total": total, "tokens": stats.tokens, "prompt_tokens": stats.prompt_tokens,
         });
+        if stats.failed > 0 {
+            // Why prompts failed, for the status page; counted with the
+            // failures file, in the same checkpoint.
+            progress["failures_by_class"] = json!(stats.failures_by_class);
+            progress["recent_errors"] = json!(stats.recent_errors);
+        }
         if let Some(server) = self.server.latest() {
             // What the server says of itself: why the rate is what it is.
             progress["server"] = server;
@@ -363,12 +393,41 @@ fn result(spec: &GenerationSpec, stats: &Stats, state: &PhaseState, held: Option
         "prompt_tokens": stats.prompt_tokens, "passes": state.pass + 1,
         "output": spec.output, "failures": spec.failures, "rejects": spec.rejects,
     });
+    if stats.failed > 0 {
+        result["failures_by_class"] = json!(stats.failures_by_class);
+    }
     if let Some(held) = held {
         let hours = (crate::store::now_ms() - held.started_at_ms).max(0) as f64 / 3.6e6;
         let remeasured = held.remeasured_ms.max(0) as f64 / 3.6e6;
         result["projection"] = vouch::outcome(&held.vouch, hours, remeasured);
     }
     result.to_string()
+}
+
+/// The verdict on a finished pass; a completed run held to a projection
+/// also has its feasibility's report written again with how it went (a
+/// report that cannot be written is logged, never the run's failure).
+async fn ended(
+    run: &RunContext,
+    spec: &GenerationSpec,
+    state: PhaseState,
+    held: Option<&Held>,
+) -> Ended {
+    let ended = verdict(spec, state, held);
+    if let (Some(held), Ended::Completed { result, .. }) = (held, &ended) {
+        let result: serde_json::Value = serde_json::from_str(result).unwrap_or_default();
+        if let Err(error) = vouch::report_outcome(
+            &run.store,
+            run.fs.as_ref(),
+            held.vouch.task,
+            (run.task, &result),
+        )
+        .await
+        {
+            tracing::warn!(task = %run.task, %error, "the feasibility report could not be written again");
+        }
+    }
+    ended
 }
 
 /// The verdict on a finished pass: completed, or failed when too many
@@ -445,6 +504,9 @@ async fn begin_retry(
     });
     stats.retrying = stats.failed;
     stats.failed = 0;
+    // The new pass's failures file starts empty, and so do its classes.
+    stats.failures_by_class.clear();
+    stats.recent_errors.clear();
     state.set_stats(&stats);
     match run
         .store
@@ -569,7 +631,7 @@ async fn run_inner(run: &RunContext, spec: GenerationSpec) -> Result<Ended, Stri
             // Nothing left to send: the verdict stands (its limits may have
             // changed since, so it is given again).
             count_holds(run, &mut held).await;
-            return Ok(verdict(&spec, state, held.as_ref()));
+            return Ok(ended(run, &spec, state, held.as_ref()).await);
         }
         match begin_retry(run, &spec, state).await? {
             Some(next) => state = next,
@@ -578,7 +640,7 @@ async fn run_inner(run: &RunContext, spec: GenerationSpec) -> Result<Ended, Stri
     }
     if state.complete {
         count_holds(run, &mut held).await;
-        return Ok(verdict(&spec, state, held.as_ref()));
+        return Ok(ended(run, &spec, state, held.as_ref()).await);
     }
     let setup: Setup = serde_json::from_value(state.setup.clone()).unwrap_or_default();
     let input = match &setup.retry_input {
@@ -653,7 +715,7 @@ async fn run_inner(run: &RunContext, spec: GenerationSpec) -> Result<Ended, Stri
         PassEnd::Complete(state, _) => {
             drop(registration);
             count_holds(run, &mut held).await;
-            Ok(verdict(&spec, *state, held.as_ref()))
+            Ok(ended(run, &spec, *state, held.as_ref()).await)
         }
         PassEnd::Stopped => Ok(Ended::Stopped),
     }
