@@ -181,6 +181,19 @@ pub enum Command {
         #[arg(long, value_parser = humantime::parse_duration)]
         wait: Option<std::time::Duration>,
     },
+    /// Print a one-time login URL for the daemon's status page
+    ///
+    /// The page shows the plans, their phases and a running phase's progress,
+    /// rates, ETA and throughput against its projection, live. The code in
+    /// the URL works once, for five minutes; the browser keeps a session
+    /// cookie (12 hours, until the daemon restarts).
+    Open {
+        /// Open at this plan's page (default: the overview)
+        plan: Option<String>,
+        /// Also open it, with $BROWSER or xdg-open
+        #[arg(long)]
+        browser: bool,
+    },
     /// Back the graph up into FILE while the daemon runs (a consistent copy)
     ///
     /// FILE must not exist, and must be outside the daemon's state directory

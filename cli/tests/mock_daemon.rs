@@ -133,6 +133,18 @@ impl Todos for Mock {
         Err(Status::unimplemented("no"))
     }
 
+    async fn open_page(&self, req: Request<OpenPageRequest>) -> R<OpenPageResponse> {
+        self.check("open_page", &req)?;
+        let plan = &req.get_ref().plan;
+        if plan == "missing" {
+            return Err(Status::not_found("plan missing not found"));
+        }
+        Ok(Response::new(OpenPageResponse {
+            url: format!("http://127.0.0.1:1/login?code=c0de&next=%2Fplans%2F{plan}"),
+            expires_at: "2026-12-03T10:05:00Z".into(),
+        }))
+    }
+
     async fn apply_pipeline(
         &self,
         _: Request<todod_proto::ApplyPipelineRequest>,
@@ -403,6 +415,32 @@ async fn status_over_unix_socket_sends_metadata() {
     let seen = d.seen.lock().expect("lock");
     assert_eq!(seen.clients, ["agent-7"]);
     assert_eq!(seen.auth, ["Bearer s3cret"]);
+}
+
+#[tokio::test]
+async fn open_prints_a_one_time_login_url() {
+    let d = start(false, Some("s3cret")).await;
+    let out = run(&d.addr, &["--token", "s3cret", "open", "p"], None).await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.starts_with("http://127.0.0.1:1/login?code=c0de&next=%2Fplans%2Fp\n"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("works once, until 2026-12-03T10:05:00Z"),
+        "{stdout}"
+    );
+    let out = run(&d.addr, &["--token", "s3cret", "--json", "open"], None).await;
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(json["expires_at"], "2026-12-03T10:05:00Z");
+    let out = run(&d.addr, &["--token", "s3cret", "open", "missing"], None).await;
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("not found"),
+        "{}",
+        text(&out.stderr)
+    );
 }
 
 #[tokio::test]

@@ -119,6 +119,17 @@ fn router<H: Health>(
         .add_routes(routes))
 }
 
+/// The status page's address on a TCP listener bound to `addr`: a
+/// wildcard address is reached on this machine at loopback.
+fn page_base(addr: std::net::SocketAddr) -> String {
+    let ip = match addr.ip() {
+        std::net::IpAddr::V4(ip) if ip.is_unspecified() => std::net::Ipv4Addr::LOCALHOST.into(),
+        std::net::IpAddr::V6(ip) if ip.is_unspecified() => std::net::Ipv6Addr::LOCALHOST.into(),
+        ip => ip,
+    };
+    format!("http://{}", std::net::SocketAddr::new(ip, addr.port()))
+}
+
 /// Keeps health true to the store: NOT_SERVING (the API and the server as
 /// a whole) while a write has waited longer than `bound` for the database
 /// writer, with the reason and the holder in the log; SERVING again once
@@ -222,8 +233,18 @@ pub async fn run(
         .clock
         .clone()
         .unwrap_or_else(|| Arc::new(crate::scheduler::SystemClock));
+    // The page's logins are minted over the API and spent on the TCP
+    // listener's page.
+    let page_shared = Arc::new(crate::http::page::Shared::default());
+    let page_base = listeners
+        .tcp
+        .as_ref()
+        .and_then(|l| l.local_addr().ok())
+        .map(page_base);
     let todos = TodosServer::new(
-        TodoService::new(store.clone(), bounds.clone(), stop_rx.clone()).with_clock(clock.clone()),
+        TodoService::new(store.clone(), bounds.clone(), stop_rx.clone())
+            .with_clock(clock.clone())
+            .with_page(page_shared.clone(), page_base),
     )
     .max_decoding_message_size(MAX_REQUEST_BYTES)
     .max_encoding_message_size(MAX_RESPONSE_BYTES);
@@ -262,7 +283,14 @@ pub async fn run(
         } else {
             tcp_auth.clone()
         };
-        let http = crate::http::Http::new(store.clone(), options.telemetry.clone(), http_auth);
+        let page = crate::http::page::Page::new(
+            store.clone(),
+            tcp_auth.clone(),
+            page_shared.clone(),
+            stop_rx.clone(),
+        );
+        let http =
+            crate::http::Http::new(store.clone(), options.telemetry.clone(), http_auth, page);
         let routes = router(&todos, &health, &tcp_auth, http)?;
         // Nagle plus delayed ACKs would add tens of milliseconds to small calls.
         let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
@@ -270,8 +298,18 @@ pub async fn run(
         servers.spawn(routes.serve_with_incoming_shutdown(incoming, stopped(stop_rx.clone())));
     }
     if let Some(listener) = listeners.unix {
-        let http =
-            crate::http::Http::new(store.clone(), options.telemetry.clone(), unix_auth.clone());
+        let page = crate::http::page::Page::new(
+            store.clone(),
+            unix_auth.clone(),
+            page_shared.clone(),
+            stop_rx.clone(),
+        );
+        let http = crate::http::Http::new(
+            store.clone(),
+            options.telemetry.clone(),
+            unix_auth.clone(),
+            page,
+        );
         let routes = router(&todos, &health, &unix_auth, http)?;
         servers.spawn(routes.serve_with_incoming_shutdown(
             UnixListenerStream::new(listener),

@@ -20,6 +20,7 @@ use tonic::transport::Channel;
 pub use kill::{assert_kill_floor, kill_repeatedly, kill_while_running, run_killing_each, Kill};
 pub use todod::proto;
 
+pub mod browser;
 pub mod cli;
 pub mod fixtures;
 pub mod gen;

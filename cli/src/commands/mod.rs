@@ -1,6 +1,7 @@
 //! One function per command. Local input (stdin, --spec) is checked before the
 //! daemon is dialled, so invalid input never reaches the server.
 mod live;
+mod open;
 mod ping;
 pub mod plans;
 pub mod tasks;
@@ -259,6 +260,7 @@ pub async fn run(cli: Cli) -> Result<()> {
         } => wait::wait(&ctx, task, plan, timeout).await,
         Command::Ping { wait } => ping::ping(&ctx, wait).await,
         Command::Backup { file } => plans::backup(&ctx, &file).await,
+        Command::Open { plan, browser } => open::open(&ctx, plan, browser).await,
         Command::Schedule {
             task,
             cron,

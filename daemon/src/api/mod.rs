@@ -42,6 +42,9 @@ pub struct TodoService {
     shutdown: watch::Receiver<bool>,
     /// The scheduler's clock: a schedule's first slot is after its now.
     clock: Arc<dyn crate::scheduler::Clock>,
+    /// Where the status page's logins are kept, and the page's address
+    /// (`http://host:port`) when the daemon has a TCP listener.
+    page: Option<(Arc<crate::http::page::Shared>, Option<String>)>,
 }
 
 impl TodoService {
@@ -55,7 +58,18 @@ impl TodoService {
             bounds,
             shutdown,
             clock: Arc::new(crate::scheduler::SystemClock),
+            page: None,
         }
+    }
+
+    /// Lets `OpenPage` mint logins for the page at `base`.
+    pub fn with_page(
+        mut self,
+        shared: Arc<crate::http::page::Shared>,
+        base: Option<String>,
+    ) -> TodoService {
+        self.page = Some((shared, base));
+        self
     }
 
     /// The same service with the scheduler's clock (a test's).
@@ -251,6 +265,35 @@ impl TodoService {
 
 #[tonic::async_trait]
 impl Todos for TodoService {
+    async fn open_page(
+        &self,
+        request: Request<proto::OpenPageRequest>,
+    ) -> Result<Response<proto::OpenPageResponse>, Status> {
+        let plan = request.get_ref().plan.trim();
+        let (shared, base) =
+            match &self.page {
+                Some((shared, Some(base))) => (shared, base),
+                _ => return Err(Status::failed_precondition(
+                    "the daemon has no TCP listener to serve the page on; start it with --listen",
+                )),
+            };
+        let next = if plan.is_empty() {
+            "/".to_string()
+        } else {
+            // NOT_FOUND now, not a 404 in the browser later.
+            let plan = self.store.get_plan(plan).await?;
+            let path = format!("/plans/{}", crate::http::page::percent_encode(&plan.name));
+            crate::http::page::percent_encode(&path)
+        };
+        let code = shared.logins.mint();
+        let expires =
+            crate::store::now_ms() + crate::http::page::logins::CODE_TTL.as_millis() as i64;
+        Ok(Response::new(proto::OpenPageResponse {
+            url: format!("{base}/login?code={code}&next={next}"),
+            expires_at: convert::time(expires),
+        }))
+    }
+
     async fn backup(
         &self,
         request: Request<proto::BackupRequest>,

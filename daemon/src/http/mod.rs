@@ -1,11 +1,14 @@
 //! The HTTP routes served beside gRPC on the same listeners: `/metrics` in
-//! the OpenMetrics text format, for Prometheus.
+//! the OpenMetrics text format, for Prometheus, and the status page
+//! (`page`, under `/`).
 //!
 //! Access: open on a loopback TCP listener and on the Unix socket (what a
 //! node-local Prometheus scrapes); on any other address the API's token
 //! rule holds, as `authorization: Bearer <token>` (Prometheus'
 //! `authorization: { credentials_file: ... }`), and a request without it is
-//! answered 401.
+//! answered 401. The page follows the API's own rule instead (see `page`).
+pub mod page;
+
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -30,6 +33,7 @@ struct Shared {
     telemetry: Telemetry,
     auth: BearerAuth,
     start_time_seconds: f64,
+    page: page::Page,
 }
 
 /// The content type of the OpenMetrics text format, which Prometheus asks
@@ -38,7 +42,7 @@ const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=
 
 impl Http {
     /// `auth` admits everything on a loopback listener or the Unix socket.
-    pub fn new(store: Store, telemetry: Telemetry, auth: BearerAuth) -> Http {
+    pub fn new(store: Store, telemetry: Telemetry, auth: BearerAuth, page: page::Page) -> Http {
         let start_time_seconds = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_secs_f64())
@@ -49,14 +53,17 @@ impl Http {
                 telemetry,
                 auth,
                 start_time_seconds,
+                page,
             }),
         }
     }
 
     pub fn router(self) -> axum::Router {
+        let page = self.inner.page.clone().router();
         axum::Router::new()
             .route("/metrics", get(metrics))
             .with_state(self)
+            .merge(page)
     }
 
     /// The 401 a request without the token gets, or `None` to go on.
@@ -116,7 +123,7 @@ pub async fn not_found(headers: HeaderMap) -> Response {
     }
     (
         StatusCode::NOT_FOUND,
-        "not found: todod serves gRPC and /metrics\n",
+        "not found: todod serves gRPC, /metrics and its status page at /\n",
     )
         .into_response()
 }

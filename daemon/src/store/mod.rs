@@ -9,6 +9,7 @@
 //! Every transaction goes through [`Store::read`] or [`Store::write`]; nothing
 //! else in the store opens one.
 mod checkpoints;
+mod page;
 mod persist;
 mod phases;
 mod pipeline;
@@ -33,6 +34,7 @@ use tokio::sync::{watch, Mutex, Semaphore};
 use crate::domain;
 use sqlite::{Begin, Conn, Db};
 
+pub use page::{NotableEvent, ProgressPoint, NOTABLE};
 pub use phases::{PhaseTask, DAEMON_ACTOR};
 pub use pipeline::{AppliedPipeline, AppliedStep, PlannedStep, StepAction};
 pub use read::{EventFilter, TaskFilter};

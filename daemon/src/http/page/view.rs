@@ -1,0 +1,154 @@
+//! What a page shows, read from the store: plain data, rendered by
+//! `render`. Each read is bounded (phases and list items per plan, events
+//! per task), so a plan of 100k tasks renders as fast as one of ten.
+use serde_json::Value;
+
+use super::series::SeriesCache;
+use crate::domain::{Kind, Status, TaskId};
+use crate::store::{
+    Detail, Error, NotableEvent, PlanView, ProgressPoint, Store, TaskFilter, TaskView,
+};
+
+/// Phase tasks shown per plan.
+const MAX_PHASES: usize = 100;
+/// Plain tasks listed per plan (the rest counted).
+const MAX_TODOS: usize = 200;
+/// Notable events shown per phase.
+const MAX_EVENTS: usize = 10;
+
+pub struct Overview {
+    pub plans: Vec<PlanCard>,
+    pub now_ms: i64,
+}
+
+pub struct PlanCard {
+    pub plan: PlanView,
+    pub counts: Vec<(Status, i64)>,
+    pub phases: Vec<TaskView>,
+}
+
+pub struct PlanPage {
+    pub plan: PlanView,
+    pub counts: Vec<(Status, i64)>,
+    pub phases: Vec<PhaseDetail>,
+    pub todos: Vec<TaskView>,
+    /// Plain tasks beyond the ones listed.
+    pub more_todos: i64,
+    pub now_ms: i64,
+}
+
+pub struct PhaseDetail {
+    pub task: TaskView,
+    pub progress: Value,
+    pub result: Value,
+    /// The run's progress over time, while it runs.
+    pub points: Vec<ProgressPoint>,
+    pub events: Vec<NotableEvent>,
+    /// The projection the run is held to: the progress's, else the
+    /// completed feasibility's before it in the plan.
+    pub projection: Option<Value>,
+}
+
+const PHASE_KINDS: [Kind; 4] = [
+    Kind::Feasibility,
+    Kind::PromptAdaptation,
+    Kind::Generation,
+    Kind::Tokenization,
+];
+
+fn json(text: Option<&str>) -> Value {
+    text.and_then(|t| serde_json::from_str(t).ok())
+        .unwrap_or(Value::Null)
+}
+
+async fn phases_of(store: &Store, plan: &str) -> Result<Vec<TaskView>, Error> {
+    Ok(store
+        .list_tasks(&TaskFilter {
+            plan: plan.into(),
+            kinds: PHASE_KINDS.to_vec(),
+            detail: Detail::Full,
+            page_size: MAX_PHASES,
+            ..TaskFilter::default()
+        })
+        .await?
+        .tasks)
+}
+
+pub async fn overview(store: &Store) -> Result<Overview, Error> {
+    let mut plans = Vec::new();
+    for plan in store.list_plans(false).await? {
+        let counts = store.plan_summary(&plan.name, 0).await?.counts;
+        let phases = phases_of(store, &plan.name).await?;
+        plans.push(PlanCard {
+            plan,
+            counts,
+            phases,
+        });
+    }
+    Ok(Overview {
+        plans,
+        now_ms: crate::store::now_ms(),
+    })
+}
+
+pub async fn plan_page(store: &Store, series: &SeriesCache, name: &str) -> Result<PlanPage, Error> {
+    let summary = store.plan_summary(name, 0).await?;
+    let plan = match summary.plan.clone() {
+        Some(plan) => plan,
+        None => store.get_plan(name).await?,
+    };
+    let page = store
+        .list_tasks(&TaskFilter {
+            plan: name.into(),
+            kinds: vec![Kind::Todo],
+            detail: Detail::Basic,
+            page_size: MAX_TODOS,
+            ..TaskFilter::default()
+        })
+        .await?;
+    let todos = page.tasks;
+    let mut phases = Vec::new();
+    let mut stopped: Vec<TaskId> = Vec::new();
+    let mut last_projection: Option<Value> = None;
+    for task in phases_of(store, name).await? {
+        let progress = json(task.progress.as_deref());
+        let result = json(task.result.as_deref());
+        // A sweep's progress counts levels, not records: no rate to draw.
+        let points = if task.status == Status::InProgress && task.kind != Kind::Feasibility {
+            series.points(store, task.id).await?
+        } else {
+            stopped.push(task.id);
+            Vec::new()
+        };
+        let events = store.notable_events(task.id, MAX_EVENTS).await?;
+        let projection = if progress["projected_records_per_second"].is_object() {
+            Some(progress["projected_records_per_second"].clone())
+        } else if task.kind == Kind::Generation {
+            last_projection.clone()
+        } else {
+            None
+        };
+        if task.kind == Kind::Feasibility && task.status == Status::Completed {
+            last_projection =
+                Some(result["projection"]["records_per_second"].clone()).filter(Value::is_object);
+        }
+        phases.push(PhaseDetail {
+            task,
+            progress,
+            result,
+            points,
+            events,
+            projection,
+        });
+    }
+    series.forget(&stopped);
+    let listed = (todos.len() + phases.len()) as i64;
+    Ok(PlanPage {
+        plan,
+        counts: summary.counts.clone(),
+        more_todos: (summary.total() - listed).max(0),
+        todos,
+        phases,
+        now_ms: crate::store::now_ms(),
+    })
+}
