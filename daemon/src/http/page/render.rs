@@ -330,8 +330,8 @@ fn finished(d: &PhaseDetail) -> Markup {
                 strong { (r["verdict"].as_str().unwrap_or("-")) }
                 @if let Some(c) = r["choice"]["concurrency"].as_u64() { " at concurrency " (c) }
                 @if let (Some(v), Some(lo), Some(hi)) = (hours["value"].as_f64(), hours["low"].as_f64(), hours["high"].as_f64()) {
-                    ": projected " (duration((v * 3600.0) as i64)) " (" (duration((lo * 3600.0) as i64))
-                    " to " (duration((hi * 3600.0) as i64)) ", 95%)"
+                    ": projected " (duration((v * 3600.0).round() as i64)) " (" (duration((lo * 3600.0).round() as i64))
+                    " to " (duration((hi * 3600.0).round() as i64)) ", 95%)"
                 }
             }
             @if let Some(reasons) = r["reasons"].as_array().filter(|r| !r.is_empty()) {
