@@ -14,7 +14,7 @@ pub mod http;
 pub mod inference;
 pub mod messages;
 pub mod phase;
-pub mod pipeline;
+pub mod plan_file;
 pub mod scheduler;
 pub mod server;
 pub mod store;

@@ -6,7 +6,7 @@
 //! recurring chore); `probe` asks each endpoint of a phase task's spec
 //! whether it answers (`/health`), and records what each said and how fast;
 //! `remeasure` holds a running generation and measures its server again
-//! (see [`crate::phase::feasibility::remeasure`]). A re-measurement takes a
+//! (see [`crate::phase::kinds::feasibility::remeasure`]). A re-measurement takes a
 //! minute or more, so it runs beside the loop, and its slot is not looked
 //! at again until it is recorded.
 use std::collections::HashSet;
@@ -286,9 +286,9 @@ async fn fire(
     };
     let mut outcome = json!({
         "action": schedule.action.as_str(),
-        "slot": crate::store::rfc3339(firing.slot_ms),
+        "slot": crate::domain::time::rfc3339(firing.slot_ms),
         "missed_slots": firing.slots - 1,
-        "next": firing.next_ms.map(crate::store::rfc3339),
+        "next": firing.next_ms.map(crate::domain::time::rfc3339),
     });
     let mut reopen = false;
     let mut next_ms = firing.next_ms;
@@ -300,9 +300,10 @@ async fn fire(
             outcome["endpoints"] = probe(http, due.spec.as_deref()).await;
         }
         Action::Remeasure => {
-            let found =
-                crate::phase::feasibility::remeasure::remeasure(store, gates, telemetry, due.task)
-                    .await;
+            let found = crate::phase::kinds::feasibility::remeasure::remeasure(
+                store, gates, telemetry, due.task,
+            )
+            .await;
             if let (Value::Object(out), Value::Object(found)) = (&mut outcome, found) {
                 out.extend(found);
             }
@@ -310,7 +311,7 @@ async fn fire(
             // measurement longer than the schedule's interval must not be
             // followed at once by another hold of the run.
             next_ms = schedule.next_after(clock.now_ms());
-            outcome["next"] = json!(next_ms.map(crate::store::rfc3339));
+            outcome["next"] = json!(next_ms.map(crate::domain::time::rfc3339));
         }
     }
     tracing::info!(task = %due.task, action = schedule.action.as_str(), missed = firing.slots - 1, "schedule fired");

@@ -12,7 +12,7 @@ use crate::store::{Detail, EventView, PlanSummary, PlanView, TaskView};
 pub const MAX_TODO_ITEMS: usize = 10_000;
 
 pub fn time(ms: i64) -> String {
-    crate::store::rfc3339(ms)
+    crate::domain::time::rfc3339(ms)
 }
 
 fn optional_time(ms: Option<i64>) -> String {

@@ -1,5 +1,5 @@
 //! `ApplyPipeline`: a pipeline file in, the plan's phase tasks out. The file
-//! is read and its steps derived by [`crate::pipeline`]; each step's spec is
+//! is read and its steps derived by [`crate::plan_file`]; each step's spec is
 //! then checked by the phase registry as `CreateTask` checks one, with the
 //! files earlier steps will write accepted as inputs, and every refusal is
 //! named by its path in the file. The store applies the lot in one
@@ -12,7 +12,7 @@ use super::{context, convert, TodoService};
 use crate::domain::model::validate_free_text;
 use crate::domain::{Error as Rule, Priority};
 use crate::phase::{registry, spec::plain_io};
-use crate::pipeline::{self, Step};
+use crate::plan_file::{self, Step};
 use crate::proto;
 use crate::store::{NewTask, PlannedStep};
 
@@ -67,7 +67,7 @@ impl TodoService {
             dir if std::path::Path::new(dir).is_absolute() => Some(PathBuf::from(dir)),
             _ => return Err(Rule::invalid("base_dir", "must be an absolute path").into()),
         };
-        let mut file = pipeline::parse(&req.spec_toml, base.as_deref())
+        let mut file = plan_file::parse(&req.spec_toml, base.as_deref())
             .map_err(|e| Rule::invalid(e.path, e.reason))?;
         let plan = match (req.plan.as_str(), &file.plan) {
             ("", Some(name)) => convert::plan_name("plan", name)?,
@@ -155,7 +155,7 @@ impl TodoService {
         file.output_dir = out;
         file.prompts = prompts;
         file.model.dir = dir;
-        let steps = pipeline::derive(&file);
+        let steps = plan_file::derive(&file);
 
         let existing = self.store.pipeline_tasks(&plan).await?;
         let bounds = self.bounds.clone();

@@ -8,6 +8,7 @@ pub mod graph;
 pub mod model;
 pub mod schedule;
 pub mod spec;
+pub mod time;
 pub mod todo_list;
 pub mod transition;
 
@@ -15,3 +16,4 @@ pub use change::Change;
 pub use error::Error;
 pub use graph::{readiness, Graph};
 pub use model::{Kind, Priority, Readiness, Status, TaskId};
+pub use spec::Claim;

@@ -41,6 +41,14 @@ pub fn validate(field: &str, kind: Kind, spec: &str) -> Result<Option<String>, E
     Ok(Some(value.to_string()))
 }
 
+/// A path a phase task will write, named by the spec field that says so:
+/// each path is held by one task at a time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Claim {
+    pub field: String,
+    pub path: String,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -278,7 +278,7 @@ impl InferenceClient {
             Some((name, key)) => {
                 // A key that cannot be a header fails the run at once, rather
                 // than every request with "builder error".
-                crate::phase::spec::check_key_value(name, key)?;
+                super::check_key_value(name, key)?;
                 let mut value = reqwest::header::HeaderValue::from_str(&format!("Bearer {key}"))
                     .map_err(|_| format!("{name} cannot go in an HTTP header"))?;
                 value.set_sensitive(true);

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::files::Existing;
-use super::pipeline::{self, PassEnd, PassPlan, Processor, RecordPhase};
+use super::record_pipeline::{self, PassEnd, PassPlan, Processor, RecordPhase};
 use super::state::PhaseState;
 use super::RunContext;
 
@@ -28,12 +28,12 @@ pub async fn run<P: RecordPhase>(
     threads: usize,
     process: Arc<dyn Fn(P::Item) -> P::Output + Send + Sync>,
 ) -> Result<Option<PhaseState>, String> {
-    let Some((opened, outputs)) = pipeline::open(run, &phase, state, plan).await? else {
+    let Some((opened, outputs)) = record_pipeline::open(run, &phase, state, plan).await? else {
         return Ok(None);
     };
     let processor = Processor::Cpu { threads, process };
     Ok(
-        match pipeline::run(run, phase, opened, outputs, processor).await? {
+        match record_pipeline::run(run, phase, opened, outputs, processor).await? {
             PassEnd::Complete(state, _) => Some(*state),
             PassEnd::Stopped => None,
         },

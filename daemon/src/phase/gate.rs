@@ -13,7 +13,7 @@ use std::time::Duration;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::domain::TaskId;
-use crate::phase::feasibility::vouch::Vouch;
+use crate::phase::kinds::feasibility::vouch::Vouch;
 
 /// The gates of the runs that have one, by task.
 #[derive(Clone, Default)]

@@ -12,22 +12,20 @@
 //!   [`lines`] (bounded line reading, the input survey), [`cursor`] (which
 //!   lines are committed) and [`state`] (the checkpoint document).
 //! - One module per kind says how to read, process and write its records.
-pub mod adaptation;
 pub mod cpu_pass;
 pub mod cursor;
-pub mod feasibility;
 pub mod files;
 pub mod gate;
-pub mod generation;
+pub mod kinds;
 pub mod lines;
+#[cfg(any(test, feature = "test-support"))]
 pub mod lossy_fs;
 pub mod model;
-pub mod pipeline;
+pub mod record_pipeline;
 pub mod registry;
 pub mod runtime;
 pub mod spec;
 pub mod state;
-pub mod tokenization;
 
 use std::sync::Arc;
 

@@ -5,13 +5,13 @@
 //! kind means a module of its own and an arm in each function below.
 use serde_json::Value;
 
-use super::adaptation::{self, AdaptationSpec};
-use super::feasibility::{self, FeasibilitySpec};
-use super::generation::{self, GenerationSpec};
-use super::tokenization::{self, TokenizationSpec};
+use super::kinds::adaptation::{self, AdaptationSpec};
+use super::kinds::feasibility::{self, FeasibilitySpec};
+use super::kinds::generation::{self, GenerationSpec};
+use super::kinds::tokenization::{self, TokenizationSpec};
 use super::{Boundaries, Ended, RunContext};
+use crate::domain::Claim;
 use crate::domain::{Error, Kind, TaskId};
-use crate::store::Claim;
 
 /// A spec as the registry accepted it.
 #[derive(Debug, Clone)]

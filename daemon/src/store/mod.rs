@@ -42,7 +42,7 @@ pub use request_ids::{Answer, Once, RequestKey, KEEP_MS as REQUEST_ID_KEEP_MS};
 pub use schedules::DueSchedule;
 pub use sqlite::Failure;
 pub use views::{Detail, EventView, PlanSummary, PlanView, TaskPage, TaskView};
-pub use write::{Claim, NewTask, SpecUpdate, TaskUpdate, WrittenTodos};
+pub use write::{NewTask, SpecUpdate, TaskUpdate, WrittenTodos};
 pub use writer_watch::WriterStall;
 
 pub(crate) static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations");
@@ -327,11 +327,4 @@ pub fn now_ms() -> i64 {
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_millis() as i64)
         .unwrap_or(0)
-}
-
-/// A unix time in ms as every part of the daemon writes times: RFC 3339,
-/// UTC, to the millisecond.
-pub fn rfc3339(ms: i64) -> String {
-    let at = UNIX_EPOCH + std::time::Duration::from_millis(ms.max(0) as u64);
-    humantime::format_rfc3339_millis(at).to_string()
 }

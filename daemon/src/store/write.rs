@@ -13,14 +13,7 @@ use super::sqlite::Db;
 use super::{now_ms, Error, PlanView, Store, TaskView, WriteContext};
 use crate::domain::annotations::{self, Patch};
 use crate::domain::todo_list::{self, StoredTask, TodoItem};
-use crate::domain::{self, spec, transition, Change, Graph, Kind, Priority, Status, TaskId};
-
-/// A path a phase task will write, named by the spec field that says so.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Claim {
-    pub field: String,
-    pub path: String,
-}
+use crate::domain::{self, spec, transition, Change, Claim, Graph, Kind, Priority, Status, TaskId};
 
 /// A task to create with `CreateTask`.
 #[derive(Debug, Clone)]

@@ -331,7 +331,7 @@ async fn report(State(page): State<Page>, Path(id): Path<String>, headers: Heade
     if task.kind != crate::domain::Kind::Feasibility {
         return not_found("this task writes no report");
     }
-    match crate::phase::feasibility::vouch::report_now(&page.store, id).await {
+    match crate::phase::kinds::feasibility::vouch::report_now(&page.store, id).await {
         Ok(Some(html)) => {
             let mut response = guarded(StatusCode::OK, HTML, html);
             response.headers_mut().insert(

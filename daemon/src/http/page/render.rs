@@ -9,8 +9,9 @@ use todod_proto::units::{count, duration};
 use super::chart::{self, Band};
 use super::series::rate_over;
 use super::view::{Overview, PhaseDetail, PlanPage};
+use crate::domain::time::rfc3339;
 use crate::domain::{Status, TaskId};
-use crate::store::{rfc3339, TaskView};
+use crate::store::TaskView;
 
 /// A whole page around its live part.
 pub fn page(title: &str, events_url: &str, live: Markup) -> String {

@@ -15,8 +15,8 @@ use serde_json::json;
 
 use super::stats::{Level, Sample, SplitMix};
 use crate::inference::{Failure, InferenceClient, Outcome, RequestTemplate};
-use crate::phase::generation::prompts::{self, Prompt};
-use crate::phase::generation::GenerationSpec;
+use crate::phase::kinds::generation::prompts::{self, Prompt};
+use crate::phase::kinds::generation::GenerationSpec;
 
 /// A seeded sample of `size` prompts of the file, by reservoir sampling,
 /// and the number of usable prompts in it: the same seed draws the same

@@ -431,7 +431,7 @@ pub fn verdict(projection: &Projection, chosen: &Figures, budget: &Budget) -> Ve
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::phase::feasibility::stats::tests::level;
+    use crate::phase::kinds::feasibility::stats::tests::level;
 
     #[test]
     fn the_projection_holds_its_point_inside_its_interval() {

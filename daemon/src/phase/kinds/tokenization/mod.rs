@@ -26,7 +26,7 @@ use serde_json::{json, Value};
 
 use crate::phase::cursor::Line;
 use crate::phase::files::{self, Fs, SeqReader};
-use crate::phase::pipeline::{self, Files, RecordPhase};
+use crate::phase::record_pipeline::{self, Files, RecordPhase};
 use crate::phase::state::{InputState, PassCounts, PhaseState};
 use crate::phase::{cpu_pass, Ended, RunContext};
 use megatron::Dtype;
@@ -131,7 +131,7 @@ impl RecordPhase for Tokenization {
             }
             Outcome::Dropped { id, reason } => {
                 *stats.dropped.entry(reason.to_string()).or_default() += 1;
-                pipeline::reject_line(
+                record_pipeline::reject_line(
                     files,
                     REJECTS,
                     line,
@@ -141,7 +141,7 @@ impl RecordPhase for Tokenization {
             }
             Outcome::Refused { id, reason } => {
                 stats.rejected += 1;
-                pipeline::reject_line(files, REJECTS, line, Some(id), &reason)
+                record_pipeline::reject_line(files, REJECTS, line, Some(id), &reason)
             }
         }
     }
@@ -154,7 +154,7 @@ impl RecordPhase for Tokenization {
         stats: &mut Stats,
     ) -> io::Result<()> {
         stats.rejected += 1;
-        pipeline::reject_line(files, REJECTS, line, None, reason)
+        record_pipeline::reject_line(files, REJECTS, line, None, reason)
     }
 
     fn progress(&self, stats: &Stats, _pass: &PassCounts, input: &InputState) -> Value {

@@ -17,7 +17,7 @@ use todod::domain::Kind;
 use todod::phase::cursor::Line;
 use todod::phase::files::{Existing, SharedFs};
 use todod::phase::lossy_fs::LossyFs;
-use todod::phase::pipeline::{self, Files, PassEnd, PassPlan, Processor, RecordPhase};
+use todod::phase::record_pipeline::{self, Files, PassEnd, PassPlan, Processor, RecordPhase};
 use todod::phase::state::{InputState, PassCounts, PhaseState};
 use todod::phase::{Boundaries, RunContext};
 use todod::store::{Store, WriteContext};
@@ -74,7 +74,7 @@ impl RecordPhase for Squares {
         stats: &mut Stats,
     ) -> io::Result<()> {
         stats.rejected += 1;
-        pipeline::reject_line(files, REJECTS, line, None, reason)
+        record_pipeline::reject_line(files, REJECTS, line, None, reason)
     }
 
     fn progress(&self, stats: &Stats, _pass: &PassCounts, input: &InputState) -> Value {
@@ -162,7 +162,7 @@ fn processor(cpu: bool, seed: u64) -> Processor<Squares> {
                 Box::pin(async move {
                     tokio::time::sleep(Duration::from_millis(wait)).await;
                     (id, n * n)
-                }) as pipeline::BoxFuture<(String, i64)>
+                }) as record_pipeline::BoxFuture<(String, i64)>
             }),
         }
     }
@@ -182,10 +182,11 @@ async fn one_run(b: &Bench, cpu: bool, seed: u64) -> Result<Option<PhaseState>, 
         existing: Existing::Refuse,
     };
     let phase = Arc::new(Squares);
-    let Some((state, outputs)) = pipeline::open(&b.context, &phase, state, &plan).await? else {
+    let Some((state, outputs)) = record_pipeline::open(&b.context, &phase, state, &plan).await?
+    else {
         return Ok(None);
     };
-    match pipeline::run(&b.context, phase, state, outputs, processor(cpu, seed)).await? {
+    match record_pipeline::run(&b.context, phase, state, outputs, processor(cpu, seed)).await? {
         PassEnd::Complete(state, _) => Ok(Some(*state)),
         PassEnd::Stopped => Ok(None),
     }
@@ -394,9 +395,10 @@ async fn a_changed_input_stops_the_resume() {
         files: vec![b.out.clone(), b.rejects.clone()],
         existing: Existing::Refuse,
     };
-    let opened = pipeline::open(&b.context, &Arc::new(Squares), PhaseState::default(), &plan)
-        .await
-        .unwrap();
+    let opened =
+        record_pipeline::open(&b.context, &Arc::new(Squares), PhaseState::default(), &plan)
+            .await
+            .unwrap();
     assert!(opened.is_some());
     drop(opened);
     let mut text = std::fs::read_to_string(&b.input).unwrap();

@@ -9,9 +9,9 @@ use serde_json::{Map, Value};
 
 use super::projection::{Budget, Price};
 use super::stats::Choose;
+use crate::domain::Claim;
 use crate::domain::{Error, TaskId};
 use crate::phase::spec::{self as check, Boundaries};
-use crate::store::Claim;
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -116,7 +116,7 @@ pub enum ShapeSource {
     /// The one generation task that depends on this one.
     Dependent,
     /// Given inline, as a generation spec would give it.
-    Inline(Box<crate::phase::generation::GenerationSpec>),
+    Inline(Box<crate::phase::kinds::generation::GenerationSpec>),
 }
 
 #[derive(Debug, Clone)]
@@ -229,7 +229,7 @@ fn positive(name: &str, value: Option<f64>) -> Result<Option<f64>, Error> {
 fn inline_shape(
     raw: &Raw,
     bounds: Option<&Boundaries>,
-) -> Result<Option<crate::phase::generation::GenerationSpec>, Error> {
+) -> Result<Option<crate::phase::kinds::generation::GenerationSpec>, Error> {
     let given = raw.prompts.is_some() || raw.endpoints.is_some() || raw.model.is_some();
     if !given {
         return Ok(None);
@@ -266,7 +266,7 @@ fn inline_shape(
     // A generation spec needs an output; the measurement writes none.
     object.insert("output".into(), Value::String("/dev/null/unused".into()));
     let json = Value::Object(object).to_string();
-    let mut spec = crate::phase::generation::GenerationSpec::parse(&json)?;
+    let mut spec = crate::phase::kinds::generation::GenerationSpec::parse(&json)?;
     if let Some(bounds) = bounds {
         spec.prompts = check::input_file("prompts", &spec.prompts, bounds)?;
         for (i, url) in spec.endpoints.iter_mut().enumerate() {

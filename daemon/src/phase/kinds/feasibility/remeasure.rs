@@ -22,7 +22,7 @@ use super::vouch::{self, Vouch};
 use super::{measure, FeasibilitySpec, DEFAULT_SEED};
 use crate::domain::{Status, TaskId};
 use crate::phase::gate::Gates;
-use crate::phase::generation::GenerationSpec;
+use crate::phase::kinds::generation::GenerationSpec;
 use crate::store::Store;
 
 /// How much longer than a request's deadline the drain may take.

@@ -249,7 +249,7 @@ impl Watch {
             } else {
                 format!(
                     "; the {left} records left re-projected to end at {}",
-                    crate::store::rfc3339(end)
+                    crate::domain::time::rfc3339(end)
                 )
             }
         );
@@ -261,7 +261,7 @@ impl Watch {
             "records_per_second": {"actual": rate, "projected": p},
             "ratio": ratio,
             "eta_seconds": eta,
-            "projected_end": crate::store::rfc3339(end),
+            "projected_end": crate::domain::time::rfc3339(end),
         });
         self.calibration = Some(found.clone());
         Some(found)

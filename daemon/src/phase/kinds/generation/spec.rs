@@ -5,10 +5,10 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
+use crate::domain::Claim;
 use crate::domain::{Error, Kind};
 use crate::inference::Api;
 use crate::phase::spec::{self as check, Boundaries};
-use crate::store::Claim;
 
 /// Spec fields whose change would change what a generation writes.
 pub const OUTPUT_FIELDS: &[&str] = &[

@@ -4,10 +4,10 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+use crate::domain::Claim;
 use crate::domain::Error;
 use crate::messages::ToolArguments;
 use crate::phase::spec::{self as check, Boundaries};
-use crate::store::Claim;
 
 /// Spec fields whose change would change what a tokenization writes.
 pub const OUTPUT_FIELDS: &[&str] = &[

@@ -157,7 +157,7 @@ pub fn allowed_seconds(projected_run_seconds: Option<f64>, share: f64, floor: f6
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::phase::feasibility::stats::tests::level;
+    use crate::phase::kinds::feasibility::stats::tests::level;
 
     const RULES: Rules = Rules {
         max_error_rate: 0.05,

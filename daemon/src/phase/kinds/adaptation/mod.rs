@@ -23,7 +23,7 @@ use crate::chat_template::Clock;
 use crate::messages::{self, Request};
 use crate::phase::cursor::Line;
 use crate::phase::model::Templates;
-use crate::phase::pipeline::{self, Files, RecordPhase};
+use crate::phase::record_pipeline::{self, Files, RecordPhase};
 use crate::phase::state::{InputState, PassCounts, PhaseState};
 use crate::phase::{cpu_pass, Ended, RunContext};
 use crate::tokenizer::Tokenizer;
@@ -157,7 +157,7 @@ impl LineSet {
 /// `count` distinct line numbers of `1..=lines`, chosen by `seed` (Floyd's
 /// algorithm): the same numbers for the same file and seed, on every run.
 fn sample_lines(lines: u64, count: u64, seed: u64) -> LineSet {
-    let mut rng = crate::phase::feasibility::stats::SplitMix(seed);
+    let mut rng = crate::phase::kinds::feasibility::stats::SplitMix(seed);
     let mut chosen = LineSet::new(lines);
     for j in (lines - count + 1)..=lines {
         let t = 1 + rng.next_u64() % j;
@@ -369,7 +369,7 @@ impl RecordPhase for Adaptation {
     /// The generation that takes these prompts refuses longer lines, so
     /// they are refused here, before any GPU time is spent.
     fn max_line_bytes(&self) -> usize {
-        crate::phase::generation::prompts::MAX_LINE_BYTES
+        crate::phase::kinds::generation::prompts::MAX_LINE_BYTES
     }
 
     /// A line the sample leaves out has no id here: it cannot make a
@@ -443,7 +443,7 @@ impl RecordPhase for Adaptation {
             return Ok(());
         }
         stats.rejected += 1;
-        pipeline::reject_line(files, REJECTS, line, None, reason)
+        record_pipeline::reject_line(files, REJECTS, line, None, reason)
     }
 
     fn progress(&self, stats: &Stats, _pass: &PassCounts, input: &InputState) -> Value {

@@ -21,10 +21,10 @@ use serde_json::{json, Value};
 
 use crate::inference::{Api, Backoff, Failed, InferenceClient, Limits, Outcome};
 use crate::phase::cursor::Line;
-use crate::phase::feasibility::vouch::{self, Vouch, Watch};
 use crate::phase::files::{Entry, Existing, FileState};
 use crate::phase::gate::Gate;
-use crate::phase::pipeline::{self, Files, PassEnd, PassPlan, Processor, RecordPhase};
+use crate::phase::kinds::feasibility::vouch::{self, Vouch, Watch};
+use crate::phase::record_pipeline::{self, Files, PassEnd, PassPlan, Processor, RecordPhase};
 use crate::phase::state::{InputState, PassCounts, PhaseState};
 use crate::phase::{Ended, RunContext};
 pub use spec::GenerationSpec;
@@ -232,7 +232,7 @@ impl RecordPhase for Generation {
         stats: &mut Stats,
     ) -> io::Result<()> {
         stats.rejected += 1;
-        pipeline::reject_line(files, REJECTS, line, None, reason)
+        record_pipeline::reject_line(files, REJECTS, line, None, reason)
     }
 
     fn progress(&self, stats: &Stats, pass: &PassCounts, input: &InputState) -> Value {
@@ -683,7 +683,7 @@ async fn run_inner(run: &RunContext, spec: GenerationSpec) -> Result<Ended, Stri
         files: spec.files(),
         existing: Existing::when(spec.overwrite && state.pass == 0),
     };
-    let Some((state, outputs)) = pipeline::open(run, &phase, state, &plan).await? else {
+    let Some((state, outputs)) = record_pipeline::open(run, &phase, state, &plan).await? else {
         return Ok(Ended::Stopped);
     };
     let client =
@@ -698,9 +698,9 @@ async fn run_inner(run: &RunContext, spec: GenerationSpec) -> Result<Ended, Stri
                 .complete_with(&template, prompt.input.get(), &prompt.fields)
                 .await;
             Answer { prompt, result }
-        }) as pipeline::BoxFuture<Answer>
+        }) as record_pipeline::BoxFuture<Answer>
     });
-    match pipeline::run(
+    match record_pipeline::run(
         run,
         phase,
         state,

@@ -24,7 +24,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use crate::domain::{Kind, Status};
-use crate::phase::generation::GenerationSpec;
+use crate::phase::kinds::generation::GenerationSpec;
 use crate::phase::{Ended, PhaseState, RunContext};
 use crate::store::Error as StoreError;
 pub use spec::{FeasibilitySpec, ShapeSource};

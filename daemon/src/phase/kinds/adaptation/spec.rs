@@ -7,10 +7,10 @@ use serde_json::{Map, Value};
 
 use super::formats::Format;
 use super::rendered::Family;
+use crate::domain::Claim;
 use crate::domain::Error;
 use crate::messages::ToolArguments;
 use crate::phase::spec::{self as check, Boundaries};
-use crate::store::Claim;
 
 /// Spec fields whose change would change what an adaptation writes.
 pub const OUTPUT_FIELDS: &[&str] = &[
