@@ -355,7 +355,8 @@ async fn the_daemon_runs_no_phase_task_of_an_archived_plan() {
     let ctx = WriteContext::default();
     store.create_plan("shelved", "", &ctx).await.unwrap();
     let spec = gen::spec(shelved_data.path(), &mock.url, 2).to_string();
-    let task = todod_e2e::stored_phase_task(&store, "shelved", Kind::Generation, &spec).await;
+    let task =
+        todod_e2e::stored_phase_task(&store, "shelved", Kind::named("generation"), &spec).await;
     store.archive_plan("shelved", false, &ctx).await.unwrap();
     store.close().await;
 

@@ -120,12 +120,13 @@ async fn bench(lines: usize) -> (Bench, Vec<i64>) {
     let ctx = WriteContext::default();
     store.create_plan("p", "", &ctx).await.unwrap();
     let attempt = "test-run.1".to_string();
-    let task = todod_e2e::abandoned_phase(&store, "p", Kind::Tokenization, "{}", &attempt).await;
+    let task =
+        todod_e2e::abandoned_phase(&store, "p", Kind::named("tokenization"), "{}", &attempt).await;
     let fs = LossyFs::new();
     let (stop_tx, stop) = tokio::sync::watch::channel(false);
     let context = RunContext {
         task,
-        kind: Kind::Tokenization,
+        kind: Kind::named("tokenization"),
         attempt,
         spec: "{}".into(),
         store,

@@ -127,9 +127,8 @@ pub async fn run(
                         busy = true;
                         continue;
                     }
-                    if schedule.action == Action::Remeasure.as_str()
-                        && schedule.kind == Kind::Generation
-                    {
+                    // Only the kinds that take it have one (the API checks).
+                    if schedule.action == Action::Remeasure.as_str() {
                         let (store, clock, gates, telemetry) = (
                             store.clone(),
                             clock.clone(),
@@ -295,7 +294,7 @@ async fn fire(
     match schedule.action {
         // Whether it is still completed is the store's to say, in the
         // firing's own transaction.
-        Action::Reopen => reopen = due.kind == Kind::Todo,
+        Action::Reopen => reopen = due.kind == Kind::TODO,
         Action::Probe => {
             outcome["endpoints"] = probe(http, due.spec.as_deref()).await;
         }

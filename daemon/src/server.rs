@@ -29,6 +29,8 @@ pub enum Error {
     Reflection(#[from] tonic_reflection::server::Error),
     #[error("listener: {0}")]
     Listener(String),
+    #[error("store: {0}")]
+    Store(#[from] crate::store::Error),
 }
 
 /// Where to serve. At least one should be set.
@@ -196,6 +198,8 @@ pub async fn run(
     options: Options,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), Error> {
+    // The store admits the tasks of every kind in the phase table.
+    store.register_kinds(&crate::phase::kinds::all()).await?;
     let (stop_tx, stop_rx) = watch::channel(false);
     let (reporter, health) = tonic_health::server::health_reporter();
     reporter.set_serving::<TodosServer<TodoService>>().await;

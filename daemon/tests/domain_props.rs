@@ -255,9 +255,9 @@ fn stored_plan(setup: Vec<Op>) -> (Graph, Vec<StoredTask>) {
             status: g.status(id).unwrap(),
             priority: Priority::Medium,
             kind: if id.0 % 5 == 0 {
-                Kind::Generation
+                Kind::named("generation")
             } else {
-                Kind::Todo
+                Kind::TODO
             },
             position: id.0,
             depends_on: g.dependencies(id).collect(),

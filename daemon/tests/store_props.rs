@@ -117,9 +117,9 @@ async fn run(ops: Vec<Op>) {
                     content: format!("task {c}"),
                     priority: Priority::Low,
                     kind: if *c == 7 {
-                        Kind::Generation
+                        Kind::named("generation")
                     } else {
-                        Kind::Todo
+                        Kind::TODO
                     },
                     spec: if *c == 7 {
                         "{\"n\":1}".into()

@@ -10,6 +10,7 @@
 pub mod codec;
 pub mod json;
 pub mod local;
+pub mod results;
 pub mod units;
 
 tonic::include_proto!("todod.v1");

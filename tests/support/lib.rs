@@ -650,7 +650,14 @@ pub async fn abandoned_generation(
     attempt: &str,
 ) -> todod::domain::TaskId {
     let spec = spec.to_string();
-    abandoned_phase(store, plan, todod::domain::Kind::Generation, &spec, attempt).await
+    abandoned_phase(
+        store,
+        plan,
+        todod::domain::Kind::named("generation"),
+        &spec,
+        attempt,
+    )
+    .await
 }
 
 /// A pending phase task of `kind` in `plan`, written straight into `store`

@@ -60,7 +60,7 @@ pub fn priority_or(field: &str, text: &str, default: Priority) -> Result<Priorit
 }
 
 pub fn kind_or_todo(field: &str, text: &str) -> Result<Kind, Error> {
-    Ok(optional(field, text, Kind::parse)?.unwrap_or(Kind::Todo))
+    Ok(optional(field, text, crate::phase::kinds::parse)?.unwrap_or(Kind::TODO))
 }
 
 pub fn statuses(field: &str, texts: &[String]) -> Result<Vec<Status>, Error> {
@@ -75,7 +75,7 @@ pub fn kinds(field: &str, texts: &[String]) -> Result<Vec<Kind>, Error> {
     texts
         .iter()
         .enumerate()
-        .map(|(i, t)| Kind::parse(&format!("{field}[{i}]"), t))
+        .map(|(i, t)| crate::phase::kinds::parse(&format!("{field}[{i}]"), t))
         .collect()
 }
 

@@ -21,7 +21,8 @@ use tonic::{Request, Response, Status};
 use crate::domain::annotations;
 use crate::domain::model::{validate_content, validate_free_text};
 use crate::domain::{Error as Rule, TaskId};
-use crate::phase::{registry, Boundaries};
+use crate::phase::kind::Checked;
+use crate::phase::{kinds, Boundaries};
 use crate::proto::{self, todos_server::Todos};
 use crate::store::{EventFilter, NewTask, SpecUpdate, Store, TaskFilter, TaskUpdate, WriteContext};
 
@@ -222,22 +223,21 @@ fn page_size(field: &str, size: i32) -> Result<usize, Status> {
 type EventStream = Pin<Box<dyn Stream<Item = Result<proto::Event, Status>> + Send>>;
 
 impl TodoService {
-    /// Asks the phase registry about a spec. It looks at the file system
+    /// Asks the spec's kind (the phase table) about it. It looks at the file system
     /// (inputs exist, outputs are free), so it runs off the async workers.
     async fn check_spec(
         &self,
         kind: crate::domain::Kind,
         json: &str,
         own: &[String],
-    ) -> Result<registry::Checked, Status> {
+    ) -> Result<Checked<()>, Status> {
         let (bounds, json, own) = (self.bounds.clone(), json.to_string(), own.to_vec());
-        let checked =
-            tokio::task::spawn_blocking(move || registry::check(kind, &json, &bounds, &own))
-                .await
-                .map_err(|e| {
-                    tracing::error!(error = %e, "spec check panicked");
-                    Status::internal("internal error; see the daemon's log")
-                })?;
+        let checked = tokio::task::spawn_blocking(move || kinds::check(kind, &json, &bounds, &own))
+            .await
+            .map_err(|e| {
+                tracing::error!(error = %e, "spec check panicked");
+                Status::internal("internal error; see the daemon's log")
+            })?;
         let checked = checked?;
         if let Some((field, id, kind)) = &checked.refers {
             let task = match self.store.get_task(*id).await {
@@ -365,7 +365,14 @@ impl Todos for TodoService {
                 now,
             )?)
         };
-        let task = self.store.set_schedule(id, schedule, now, &ctx).await?;
+        let taking = schedule
+            .as_ref()
+            .map(|s| kinds::taking(s.action))
+            .unwrap_or_default();
+        let task = self
+            .store
+            .set_schedule(id, schedule, &taking, now, &ctx)
+            .await?;
         Ok(Response::new(answers::answer(task, convert::task)?))
     }
 
@@ -546,11 +553,7 @@ impl Todos for TodoService {
                 let checked = self.check_spec(current.kind, &json, &own).await?;
                 let old = current.spec.clone().unwrap_or_default();
                 Some(SpecUpdate {
-                    output_fields: registry::output_fields_changed(
-                        current.kind,
-                        &old,
-                        &checked.json,
-                    ),
+                    output_fields: kinds::output_fields_changed(current.kind, &old, &checked.json),
                     spec: checked.json,
                     claims: checked.claims,
                     based_on: current.spec,

@@ -1,6 +1,6 @@
 //! `ApplyPipeline`: a pipeline file in, the plan's phase tasks out. The file
 //! is read and its steps derived by [`crate::plan_file`]; each step's spec is
-//! then checked by the phase registry as `CreateTask` checks one, with the
+//! then checked by its kind (the phase table) as `CreateTask` checks one, with the
 //! files earlier steps will write accepted as inputs, and every refusal is
 //! named by its path in the file. The store applies the lot in one
 //! transaction.
@@ -11,7 +11,7 @@ use tonic::{Request, Response, Status};
 use super::{context, convert, TodoService};
 use crate::domain::model::validate_free_text;
 use crate::domain::{Error as Rule, Priority};
-use crate::phase::{registry, spec::plain_io};
+use crate::phase::{kinds, spec::plain_io};
 use crate::plan_file::{self, Step};
 use crate::proto;
 use crate::store::{NewTask, PlannedStep};
@@ -165,18 +165,18 @@ impl TodoService {
             for step in &steps {
                 let own: Vec<String> = existing
                     .iter()
-                    .find(|(name, _, _)| name == step.key.name())
+                    .find(|(name, _, _)| name == step.section)
                     .map(|(_, _, claims)| claims.clone())
                     .unwrap_or_default();
                 let json = serde_json::Value::Object(step.spec.clone()).to_string();
-                let kind = step.key.kind();
+                let kind = step.kind;
                 let bounds = bounds.with_promised(promised.iter().cloned());
                 let checked = crate::domain::spec::validate("spec_json", kind, &json)
-                    .and_then(|_| registry::check(kind, &json, &bounds, &own))
+                    .and_then(|_| kinds::check(kind, &json, &bounds, &own))
                     .map_err(|e| in_file(step, e))?;
                 promised.extend(checked.claims.iter().map(|c| PathBuf::from(&c.path)));
                 planned.push(PlannedStep {
-                    step: step.key.name().to_string(),
+                    step: step.section.to_string(),
                     task: NewTask {
                         plan: String::new(),
                         content: step.content.clone(),
@@ -189,11 +189,7 @@ impl TodoService {
                         owner: None,
                         metadata: None,
                     },
-                    depends_on: step
-                        .depends_on
-                        .iter()
-                        .map(|k| k.name().to_string())
-                        .collect(),
+                    depends_on: step.depends_on.iter().map(|k| k.to_string()).collect(),
                 });
             }
             Ok(planned)

@@ -5,6 +5,7 @@ pub mod annotations;
 pub mod change;
 pub mod error;
 pub mod graph;
+pub mod kind;
 pub mod model;
 pub mod schedule;
 pub mod spec;

@@ -109,21 +109,7 @@ string_enum!(Priority, "priority", {
     Low => "low",
 });
 
-string_enum!(
-    /// `Todo` is a plain task; the others are phases that the daemon runs itself.
-    Kind, "kind", {
-    Todo => "todo",
-    Feasibility => "feasibility",
-    PromptAdaptation => "prompt_adaptation",
-    Generation => "generation",
-    Tokenization => "tokenization",
-});
-
-impl Kind {
-    pub fn is_phase(self) -> bool {
-        self != Kind::Todo
-    }
-}
+pub use super::kind::Kind;
 
 string_enum!(
     /// Derived, never stored: whether a pending task can start.
@@ -231,8 +217,6 @@ mod tests {
         assert!(text.contains("todos[1].status"), "{text}");
         assert!(text.contains("in_progress"), "{text}");
         assert_eq!(Priority::parse("p", "high").unwrap(), Priority::High);
-        assert!(Kind::parse("k", "Generation").is_err());
-        assert!(Kind::Generation.is_phase() && !Kind::Todo.is_phase());
     }
 
     #[test]

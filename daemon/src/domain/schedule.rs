@@ -30,6 +30,18 @@ impl Action {
         }
     }
 
+    /// What the action does, for a refusal that says so.
+    pub fn purpose(self) -> &'static str {
+        match self {
+            Action::Reopen => "reopens a completed plain task (a phase task is retried instead)",
+            Action::Probe => "asks a task's endpoints whether they answer",
+            Action::Remeasure => {
+                "holds a running generation and measures its server again (set it on the \
+                 generation a feasibility task vouches for)"
+            }
+        }
+    }
+
     pub fn parse(field: &str, text: &str) -> Result<Action, Error> {
         match text {
             "reopen" => Ok(Action::Reopen),

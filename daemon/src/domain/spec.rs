@@ -55,14 +55,14 @@ mod tests {
 
     #[test]
     fn phase_kinds_need_an_object_spec() {
-        assert!(validate("spec_json", Kind::Generation, "").is_err());
-        assert!(validate("spec_json", Kind::Generation, "[1]").is_err());
-        assert!(validate("spec_json", Kind::Generation, "{oops").is_err());
+        assert!(validate("spec_json", Kind::named("generation"), "").is_err());
+        assert!(validate("spec_json", Kind::named("generation"), "[1]").is_err());
+        assert!(validate("spec_json", Kind::named("generation"), "{oops").is_err());
         assert_eq!(
-            validate("spec_json", Kind::Generation, " { \"a\" : 1 } ").unwrap(),
+            validate("spec_json", Kind::named("generation"), " { \"a\" : 1 } ").unwrap(),
             Some("{\"a\":1}".to_string())
         );
-        assert_eq!(validate("spec_json", Kind::Todo, "").unwrap(), None);
-        assert!(validate("spec_json", Kind::Todo, "{}").is_err());
+        assert_eq!(validate("spec_json", Kind::TODO, "").unwrap(), None);
+        assert!(validate("spec_json", Kind::TODO, "{}").is_err());
     }
 }

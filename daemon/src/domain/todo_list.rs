@@ -80,7 +80,7 @@ pub fn reconcile(stored: &[StoredTask], items: &[TodoItem]) -> Result<ListWrite,
                     id,
                     content: item.content.clone(),
                     priority: item.priority.unwrap_or(Priority::Medium),
-                    kind: Kind::Todo,
+                    kind: Kind::TODO,
                     position,
                     spec: None,
                 });
@@ -387,7 +387,7 @@ mod tests {
             content: content.into(),
             status,
             priority: Priority::Medium,
-            kind: Kind::Todo,
+            kind: Kind::TODO,
             position: id,
             depends_on: deps.iter().map(|&d| TaskId(d)).collect(),
             archived: false,
@@ -409,7 +409,7 @@ mod tests {
     #[test]
     fn items_without_ids_match_by_content_and_missing_plain_tasks_are_archived() {
         let mut phase = stored(3, "generate", Pending, &[]);
-        phase.kind = Kind::Generation;
+        phase.kind = Kind::named("generation");
         let plan = vec![
             stored(1, "a", Pending, &[]),
             stored(2, "b", Pending, &[]),

@@ -106,7 +106,7 @@ impl ServerWatch {
         let combined: Vec<ServerSample> = (0..rounds)
             .map(|i| combine(per_endpoint.iter().map(|s| &s[s.len() - rounds + i])))
             .collect();
-        Summary::of(&combined)
+        crate::telemetry::server_metrics::summarize(&combined)
     }
 }
 

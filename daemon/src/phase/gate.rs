@@ -13,7 +13,7 @@ use std::time::Duration;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::domain::TaskId;
-use crate::phase::kinds::feasibility::vouch::Vouch;
+use crate::proto::results::Projection;
 
 /// The gates of the runs that have one, by task.
 #[derive(Clone, Default)]
@@ -29,7 +29,7 @@ pub struct Gate {
     /// Milliseconds the run was held, over the holds that ended.
     held_ms: AtomicU64,
     /// What a re-measurement found, for the rest of the run.
-    rebase: Mutex<Option<Vouch>>,
+    rebase: Mutex<Option<Projection>>,
     /// Woken when the run ends.
     ended: tokio::sync::Notify,
 }
@@ -85,8 +85,8 @@ impl Drop for Hold {
 
 impl Hold {
     /// Hands the run what to hold the rest of it against.
-    pub fn rebase(&self, vouch: Vouch) {
-        *self.gate.rebase.lock().unwrap_or_else(|p| p.into_inner()) = Some(vouch);
+    pub fn rebase(&self, projection: Projection) {
+        *self.gate.rebase.lock().unwrap_or_else(|p| p.into_inner()) = Some(projection);
     }
 }
 
@@ -190,7 +190,7 @@ impl Gate {
     }
 
     /// What a re-measurement left, once.
-    pub fn take_rebase(&self) -> Option<Vouch> {
+    pub fn take_rebase(&self) -> Option<Projection> {
         self.rebase.lock().unwrap_or_else(|p| p.into_inner()).take()
     }
 }

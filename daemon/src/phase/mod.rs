@@ -1,28 +1,31 @@
 //! Phase tasks the daemon runs itself.
 //!
-//! - [`registry`] is the one place that knows the phase kinds: it checks a
-//!   spec on arrival, says which paths it writes and whether it starts on its
-//!   own, and runs it.
+//! - [`kind`] is the seam a phase kind implements ([`kind::PhaseKind`]), and
+//!   [`kinds`] the one table that lists them, a module each: the API, the
+//!   runtime, the plan file and the scheduler ask the table, never a kind.
 //! - [`runtime`] starts ready phase tasks, resumes the ones an earlier daemon
 //!   run left in progress, stops the ones a client pauses or cancels, and
 //!   records how each run ended. Each run has its own attempt token; the
 //!   store refuses a checkpoint or an end from any other.
-//! - [`pipeline`] is the exactly-once record pipeline the record phases stand
+//! - [`record_pipeline`] is the exactly-once record pipeline the record phases stand
 //!   on, over [`files`] (output files created exclusively, with identities),
 //!   [`lines`] (bounded line reading, the input survey), [`cursor`] (which
 //!   lines are committed) and [`state`] (the checkpoint document).
-//! - One module per kind says how to read, process and write its records.
+//! - [`plan_step`] is what a kind contributes to the plan file.
+//! - One module per kind (`kinds/`) says how to read, process and write
+//!   its records.
 pub mod cpu_pass;
 pub mod cursor;
 pub mod files;
 pub mod gate;
+pub mod kind;
 pub mod kinds;
 pub mod lines;
 #[cfg(any(test, feature = "test-support"))]
 pub mod lossy_fs;
 pub mod model;
+pub mod plan_step;
 pub mod record_pipeline;
-pub mod registry;
 pub mod runtime;
 pub mod spec;
 pub mod state;

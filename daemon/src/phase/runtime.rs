@@ -19,7 +19,7 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use super::files::SharedFs;
-use super::{registry, Boundaries, Ended, RunContext};
+use super::{kinds, Boundaries, Ended, RunContext};
 use crate::domain::{Status, TaskId};
 use crate::store::{Error as StoreError, PhaseTask, Store};
 
@@ -65,7 +65,7 @@ struct Running {
 fn should_start(task: &PhaseTask) -> bool {
     match task.status {
         Status::InProgress => true,
-        Status::Pending => task.ready && !task.held && registry::auto_start(task.kind, &task.spec),
+        Status::Pending => task.ready && !task.held && kinds::auto_start(&task.spec),
         _ => false,
     }
 }
@@ -91,7 +91,7 @@ pub async fn run(store: Store, settings: Settings, mut shutdown: watch::Receiver
                         let _ = run.stop.send(true);
                     }
                 }
-                for task in tasks.iter().filter(|t| registry::runs(t.kind)) {
+                for task in tasks.iter().filter(|t| kinds::get(t.kind).is_some()) {
                     if running.len() >= MAX_RUNNING || running.contains_key(&task.id) {
                         continue;
                     }
@@ -160,6 +160,14 @@ fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
         .unwrap_or_else(|| "no message".into())
 }
 
+/// One attempt of a task of `kind`, as its kind runs it.
+async fn run_kind(kind: crate::domain::Kind, context: RunContext) -> Ended {
+    match kinds::get(kind) {
+        Some(k) => k.run(context).await,
+        None => Ended::broke_off(format!("{kind} tasks are not run by the daemon")),
+    }
+}
+
 /// Runs the attempt on a thread of its own, with a single-threaded runtime:
 /// its requests, their connections and its committer then wake each other
 /// without crossing threads, which on a busy run is most of its CPU. The
@@ -181,8 +189,8 @@ async fn on_own_thread(kind: crate::domain::Kind, context: RunContext) -> Result
                 return;
             }
         };
-        let ended = runtime
-            .block_on(std::panic::AssertUnwindSafe(registry::run(kind, context)).catch_unwind());
+        let ended =
+            runtime.block_on(std::panic::AssertUnwindSafe(run_kind(kind, context)).catch_unwind());
         let _ = done.send(ended.map_err(|payload| panic_message(&*payload)));
     });
     if let Err(e) = spawned {
@@ -193,6 +201,39 @@ async fn on_own_thread(kind: crate::domain::Kind, context: RunContext) -> Result
     ended
         .await
         .unwrap_or_else(|_| Err("the run's thread ended without a word".into()))
+}
+
+/// Tells the kinds of the tasks `context.task` depends on that it is
+/// completing with `result` (before the completion is committed, so that a
+/// kill in between has the next run tell them again). What they do with it
+/// (a feasibility writes its report again) never fails the task.
+async fn tell_dependencies(context: &RunContext, kind: crate::domain::Kind, result: &str) {
+    let task = match context.store.get_task(context.task).await {
+        Ok(task) => task,
+        Err(error) => {
+            tracing::warn!(task = %context.task, %error, "cannot read the task to tell its dependencies");
+            return;
+        }
+    };
+    for dep in task.depends_on {
+        let Ok(dependency) = context.store.get_task(dep).await else {
+            continue;
+        };
+        let Some(dep_kind) = kinds::get(dependency.kind) else {
+            continue;
+        };
+        if let Err(error) = dep_kind
+            .dependent_completed(
+                &context.store,
+                context.fs.as_ref(),
+                dep,
+                (context.task, kind, result),
+            )
+            .await
+        {
+            tracing::warn!(task = %dep, dependent = %context.task, %error, "a dependency could not take its dependent's result");
+        }
+    }
 }
 
 /// Runs one attempt and records its end. Returns the task's id once the run
@@ -229,6 +270,9 @@ async fn run_one(kind: crate::domain::Kind, context: RunContext) -> TaskId {
             return id;
         }
     };
+    if let (Ok(()), Some(result)) = (&outcome, &result) {
+        tell_dependencies(&context, kind, result).await;
+    }
     let state = state.map(|s| s.to_json());
     let mut wait = Duration::from_secs(1);
     let mut stop = context.stop.clone();

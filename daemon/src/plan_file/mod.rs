@@ -1,12 +1,16 @@
-//! The pipeline file: one TOML document that says "adapt this prompt set for
+//! The plan file: one TOML document that says "adapt this prompt set for
 //! that model, check the server can do it within the budget, generate the
 //! completions, tokenize them for training". This module reads and checks it
 //! (every refusal names its path in the file, `generation.max_tokens: must be
-//! positive`) and derives the phase tasks it stands for ([`steps`]). Plain
-//! logic: the file system and the store are the API's and the store's.
+//! positive`) and derives the phase tasks it stands for ([`steps`]). Its
+//! steps are the phase table's (`phase::kinds`): each kind that has one
+//! gives its section, what it needs of the rest of the file and how its
+//! spec is derived (`phase::plan_step`). Plain logic: the file system and
+//! the store are the API's and the store's.
 //!
-//! The schema editors and agents read is `docs/pipeline.schema.json`; a test
-//! keeps the two in step.
+//! The schema editors and agents read is `docs/pipeline.schema.json`,
+//! made by [`schema`] from the same table; a test keeps the two in step.
+pub mod schema;
 pub mod steps;
 
 use std::path::{Path, PathBuf};
@@ -14,7 +18,9 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-pub use steps::{derive, Step, StepKey};
+use crate::phase::kinds;
+pub use crate::phase::plan_step::{Model, PlanFile};
+pub use steps::{derive, Step};
 
 /// A refusal: where in the file, and why.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -31,8 +37,20 @@ fn refuse(path: impl Into<String>, reason: impl Into<String>) -> SpecError {
     }
 }
 
+/// The parts of the file that are not a step's section.
+const FIXED: [&str; 8] = [
+    "plan",
+    "title",
+    "output_dir",
+    "phases",
+    "model",
+    "prompts",
+    "sampling",
+    "budget",
+];
+
+/// The file's fixed parts; the steps' sections are read from the table.
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
 struct RawPipeline {
     plan: Option<String>,
     title: Option<String>,
@@ -44,14 +62,6 @@ struct RawPipeline {
     sampling: Map<String, Value>,
     #[serde(default)]
     budget: Map<String, Value>,
-    #[serde(default)]
-    adaptation: Map<String, Value>,
-    #[serde(default)]
-    feasibility: Map<String, Value>,
-    #[serde(default)]
-    generation: Map<String, Value>,
-    #[serde(default)]
-    tokenization: Map<String, Value>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -72,53 +82,24 @@ struct RawPrompts {
     seed: Option<u64>,
 }
 
-/// The served model and where its tokenizer and chat template are.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Model {
-    /// The name the server knows the model by (the requests' `model`).
-    pub name: String,
-    pub endpoints: Vec<String>,
-    pub api_key_env: Option<String>,
-    /// The model's directory as on the Hub: tokenizer files and
-    /// `tokenizer_config.json` with its chat template.
-    pub dir: Option<PathBuf>,
+/// The line of `text` where top-level `key` is set (`key = ...` or
+/// `[key]`), for a refusal that says where.
+fn line_of(text: &str, key: &str) -> Option<usize> {
+    text.lines()
+        .position(|line| {
+            let line = line.trim_start();
+            let rest = line.strip_prefix('[').unwrap_or(line).trim_start();
+            rest.strip_prefix(key)
+                .is_some_and(|after| after.trim_start().starts_with(['=', ']', '.']))
+        })
+        .map(|i| i + 1)
 }
 
-/// A checked pipeline file.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Pipeline {
-    pub plan: Option<String>,
-    pub title: Option<String>,
-    /// Every file the phases write is derived from this directory.
-    pub output_dir: PathBuf,
-    pub phases: Vec<StepKey>,
-    pub model: Model,
-    pub prompts: PathBuf,
-    pub prompts_format: Option<String>,
-    /// N of the prompt set's lines, chosen by a seed; `None`: all of them.
-    pub sample: Option<(u64, u64)>,
-    /// Request parameters (temperature, top_p, ...) for every request.
-    pub sampling: Map<String, Value>,
-    pub budget: Map<String, Value>,
-    /// Each phase's own options, passed to its spec as they are.
-    pub options: [Map<String, Value>; 4],
-}
-
-impl Pipeline {
-    pub fn options(&self, key: StepKey) -> &Map<String, Value> {
-        &self.options[key as usize]
-    }
-
-    pub fn runs(&self, key: StepKey) -> bool {
-        self.phases.contains(&key)
-    }
-}
-
-/// Parses and checks a pipeline file. Relative paths are taken from `base`
+/// Parses and checks a plan file. Relative paths are taken from `base`
 /// (the file's directory, as the client that read it says); without one
 /// they are refused: the daemon reads them, not the shell that wrote them.
-pub fn parse(text: &str, base: Option<&Path>) -> Result<Pipeline, SpecError> {
-    let raw: RawPipeline = toml::from_str(text).map_err(|e| {
+pub fn parse(text: &str, base: Option<&Path>) -> Result<PlanFile, SpecError> {
+    let toml_error = |e: toml::de::Error| {
         let reason = e.message().to_string();
         let at = e
             .span()
@@ -128,10 +109,41 @@ pub fn parse(text: &str, base: Option<&Path>) -> Result<Pipeline, SpecError> {
             })
             .unwrap_or_default();
         refuse("file", format!("{reason}{at}"))
-    })?;
-    check(raw, base)
+    };
+    let table: toml::Table = toml::from_str(text).map_err(toml_error)?;
+    let sections: Vec<&'static str> = kinds::steps().map(|(_, s)| s.section).collect();
+    for key in table.keys() {
+        if !FIXED.contains(&key.as_str()) && !sections.contains(&key.as_str()) {
+            let known: Vec<&str> = FIXED
+                .iter()
+                .copied()
+                .chain(sections.iter().copied())
+                .collect();
+            let at = line_of(text, key).map_or(String::new(), |l| format!(" (line {l})"));
+            return Err(refuse(
+                "file",
+                format!(
+                    "unknown field `{key}`, expected one of {}{at}",
+                    known.join(", ")
+                ),
+            ));
+        }
+    }
+    let raw: RawPipeline = toml::from_str(text).map_err(toml_error)?;
+    let mut options = std::collections::BTreeMap::new();
+    for section in sections {
+        let Some(value) = table.get(section) else {
+            continue;
+        };
+        match serde_json::to_value(value) {
+            Ok(Value::Object(map)) => {
+                options.insert(section, map);
+            }
+            _ => return Err(refuse(section, "must be a table of options")),
+        }
+    }
+    check(raw, options, base)
 }
-
 fn required<T>(value: Option<T>, path: &str) -> Result<T, SpecError> {
     value.ok_or_else(|| refuse(path, "is required"))
 }
@@ -152,7 +164,11 @@ fn absolute(path: &Path, at: &str, base: Option<&Path>) -> Result<PathBuf, SpecE
     Ok(path.to_path_buf())
 }
 
-fn check(raw: RawPipeline, base: Option<&Path>) -> Result<Pipeline, SpecError> {
+fn check(
+    raw: RawPipeline,
+    options: std::collections::BTreeMap<&'static str, Map<String, Value>>,
+    base: Option<&Path>,
+) -> Result<PlanFile, SpecError> {
     if let Some(plan) = &raw.plan {
         if plan.is_empty()
             || plan.len() > 128
@@ -164,48 +180,58 @@ fn check(raw: RawPipeline, base: Option<&Path>) -> Result<Pipeline, SpecError> {
         }
     }
     let output_dir = absolute(&required(raw.output_dir, "output_dir")?, "output_dir", base)?;
-    let phases = match raw.phases {
-        None => StepKey::ALL.to_vec(),
-        Some(names) => {
-            let mut keys = Vec::new();
-            for (i, name) in names.iter().enumerate() {
-                let key = StepKey::parse(name).ok_or_else(|| {
-                    refuse(
+    let steps: Vec<_> = kinds::steps().map(|(_, s)| s).collect();
+    let names: Vec<&str> = steps.iter().map(|s| s.section).collect();
+    let phases: Vec<&'static str> = match raw.phases {
+        // The default steps, and an optional one whose section is there.
+        None => steps
+            .iter()
+            .filter(|s| s.by_default || options.contains_key(s.section))
+            .map(|s| s.section)
+            .collect(),
+        Some(given) => {
+            let mut picked: Vec<&'static str> = Vec::new();
+            for (i, name) in given.iter().enumerate() {
+                let Some(step) = steps.iter().find(|s| s.section == name) else {
+                    return Err(refuse(
                         format!("phases[{i}]"),
-                        format!(
-                            "{name:?} is not a phase; use adaptation, feasibility, generation or tokenization"
-                        ),
-                    )
-                })?;
-                if keys.contains(&key) {
+                        format!("{name:?} is not a phase; use {}", names.join(", ")),
+                    ));
+                };
+                if picked.contains(&step.section) {
                     return Err(refuse(
                         format!("phases[{i}]"),
                         format!("{name} is listed twice"),
                     ));
                 }
-                keys.push(key);
+                picked.push(step.section);
             }
-            if keys.is_empty() {
+            if picked.is_empty() {
                 return Err(refuse("phases", "names no phase"));
             }
-            keys.sort();
-            keys
+            // In the table's order, whatever the file's.
+            steps
+                .iter()
+                .map(|s| s.section)
+                .filter(|s| picked.contains(s))
+                .collect()
         }
     };
-    let needs_generation = [StepKey::Feasibility, StepKey::Tokenization]
-        .into_iter()
-        .find(|k| phases.contains(k));
-    if let Some(k) = needs_generation {
-        if !phases.contains(&StepKey::Generation) {
+    let running: Vec<_> = steps
+        .iter()
+        .filter(|s| phases.contains(&s.section))
+        .collect();
+    for step in &running {
+        if let Some(missing) = step.needs.iter().find(|n| !phases.contains(n)) {
             return Err(refuse(
                 "phases",
-                format!("{} needs generation in the pipeline", k.name()),
+                format!("{} needs {missing} in the pipeline", step.section),
             ));
         }
     }
 
     let model = required(raw.model, "model")?;
-    let calls_server = phases.contains(&StepKey::Generation);
+    let calls_server = running.iter().any(|s| s.calls_server);
     let name = match model.name {
         Some(n) if n.trim().is_empty() => return Err(refuse("model.name", "must not be empty")),
         Some(n) => n,
@@ -223,18 +249,30 @@ fn check(raw: RawPipeline, base: Option<&Path>) -> Result<Pipeline, SpecError> {
         .dir
         .map(|d| absolute(&d, "model.dir", base))
         .transpose()?;
-    let needs_dir = [StepKey::Adaptation, StepKey::Tokenization]
-        .into_iter()
-        .find(|k| phases.contains(k));
-    if let (Some(k), None) = (needs_dir, &dir) {
+    let needs_dir = running.iter().find(|s| s.needs_model_dir);
+    if let (Some(step), None) = (needs_dir, &dir) {
         return Err(refuse(
             "model.dir",
             format!(
                 "is required for {}: the model's directory with its tokenizer and tokenizer_config.json",
-                k.name()
+                step.section
             ),
         ));
     }
+    // A part of the file that only a step reads, given while it does not run.
+    let taken_by = |part: &str| steps.iter().find(|s| s.takes.contains(&part));
+    let refuse_untaken = |part: &str, path: &str, what: &str| -> Result<(), SpecError> {
+        match taken_by(part) {
+            Some(step) if !phases.contains(&step.section) => Err(refuse(
+                path,
+                format!(
+                    "{what} the {} phase, which is not in `phases`",
+                    step.section
+                ),
+            )),
+            _ => Ok(()),
+        }
+    };
 
     let prompts = required(raw.prompts, "prompts")?;
     let path = absolute(
@@ -256,13 +294,10 @@ fn check(raw: RawPipeline, base: Option<&Path>) -> Result<Pipeline, SpecError> {
                 "must be a positive number of prompts",
             ))
         }
-        Some(_) if !phases.contains(&StepKey::Adaptation) => {
-            return Err(refuse(
-                "prompts.sample",
-                "is taken by the adaptation phase, which is not in `phases`",
-            ))
+        Some(n) => {
+            refuse_untaken("prompts.sample", "prompts.sample", "is taken by")?;
+            Some((n as u64, prompts.seed.unwrap_or(1)))
         }
-        Some(n) => Some((n as u64, prompts.seed.unwrap_or(1))),
     };
 
     let mut sampling = raw.sampling;
@@ -292,48 +327,32 @@ fn check(raw: RawPipeline, base: Option<&Path>) -> Result<Pipeline, SpecError> {
     }
     sampling.retain(|_, v| !v.is_null());
 
-    let options = [
-        raw.adaptation,
-        raw.feasibility,
-        raw.generation,
-        raw.tokenization,
-    ];
-    for key in StepKey::ALL {
-        let given = &options[key as usize];
-        if !given.is_empty() && !phases.contains(&key) {
+    for step in &steps {
+        let Some(given) = options.get(step.section) else {
+            continue;
+        };
+        if !given.is_empty() && !phases.contains(&step.section) {
             return Err(refuse(
-                key.name(),
+                step.section,
                 "options are given but the phase is not in `phases`",
             ));
         }
-        for derived in key.derived_fields() {
+        for derived in step.derived_fields {
             if given.contains_key(*derived) {
                 return Err(refuse(
-                    format!("{}.{derived}", key.name()),
+                    format!("{}.{derived}", step.section),
                     "is derived by the pipeline (from output_dir, model or prompts); remove it",
                 ));
             }
         }
+        (step.check)(given)
+            .map_err(|(field, reason)| refuse(format!("{}.{field}", step.section), reason))?;
     }
-    if let Some(v) = options[StepKey::Generation as usize].get("max_tokens") {
-        match v.as_i64() {
-            Some(n) if n > 0 => {}
-            _ => {
-                return Err(refuse(
-                    "generation.max_tokens",
-                    "must be a positive integer",
-                ))
-            }
-        }
-    }
-    if !raw.budget.is_empty() && !phases.contains(&StepKey::Feasibility) {
-        return Err(refuse(
-            "budget",
-            "is checked by the feasibility phase, which is not in `phases`",
-        ));
+    if !raw.budget.is_empty() {
+        refuse_untaken("budget", "budget", "is checked by")?;
     }
 
-    Ok(Pipeline {
+    Ok(PlanFile {
         plan: raw.plan,
         title: raw.title,
         output_dir,

@@ -167,8 +167,13 @@ impl Store {
         // Moving that to a background connection was measured and rejected:
         // its I/O slowed every commit near it (WriteTodos p50 0.75 -> 0.9 ms),
         // and a WAL left to grow made each commit's fdatasync dearer still.
+        // Migrations run on a connection of their own, closed afterwards: one
+        // edits the schema's text (the kinds migration), which a connection
+        // that cached the old schema would not see.
+        let mut migrating = options.connect().await?;
+        MIGRATOR.run(&mut migrating).await?;
+        sqlx::Connection::close(migrating).await?;
         let mut writer = Conn::new(options.connect().await?);
-        MIGRATOR.run(writer.sqlx()).await?;
         let mut idle = Vec::with_capacity(READERS);
         for _ in 0..READERS {
             idle.push(Conn::new(options.clone().read_only(true).connect().await?));
@@ -196,6 +201,21 @@ impl Store {
                 ),
             }),
         })
+    }
+
+    /// Admits tasks of `kinds` (the phase table's, at start): the store's
+    /// `kinds` table is what its triggers hold a task's kind to.
+    pub async fn register_kinds(&self, kinds: &[crate::domain::Kind]) -> Result<(), Error> {
+        let names: Vec<String> = kinds.iter().map(|k| k.to_string()).collect();
+        let names = serde_json::to_string(&names).unwrap_or_default();
+        self.write(|db| {
+            db.execute(
+                "INSERT OR IGNORE INTO kinds (name) SELECT value FROM json_each(?)",
+                &[names.as_str().into()],
+            )?;
+            Ok(((), None))
+        })
+        .await
     }
 
     /// The database file.

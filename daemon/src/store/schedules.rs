@@ -9,7 +9,7 @@ use super::request_ids::Once;
 use super::sqlite::Db;
 use super::write::{transition, writable_task};
 use super::{now_ms, Error, Store, TaskView, WriteContext, DAEMON_ACTOR};
-use crate::domain::schedule::{Action, Schedule};
+use crate::domain::schedule::Schedule;
 use crate::domain::{self, Change, Kind, Status, TaskId};
 
 /// A schedule that is due, with what its firing needs of the task.
@@ -38,40 +38,25 @@ fn set(
     db: &mut Db,
     id: TaskId,
     schedule: Option<&Schedule>,
+    taking: &[Kind],
     now: i64,
     ctx: &WriteContext,
 ) -> Result<(TaskView, Option<i64>), Error> {
     let (head, revision) = writable_task(db, id, ctx)?;
     if let Some(s) = schedule {
-        match (s.action, head.kind) {
-            (Action::Reopen, Kind::Todo) => {}
-            (Action::Reopen, kind) => {
-                return Err(domain::Error::invalid(
-                    "action",
-                    format!("reopen is for plain tasks; {id} is a {kind} task (retry it instead)"),
-                )
-                .into())
-            }
-            (Action::Probe, Kind::Generation | Kind::Feasibility) => {}
-            (Action::Probe, kind) => {
-                return Err(domain::Error::invalid(
-                    "action",
-                    format!("probe asks a task's endpoints; {id} is a {kind} task, which has none"),
-                )
-                .into())
-            }
-            (Action::Remeasure, Kind::Generation) => {}
-            (Action::Remeasure, kind) => {
-                return Err(domain::Error::invalid(
-                    "action",
-                    format!(
-                        "remeasure holds a running generation and measures its server again; \
-                         {id} is a {kind} task (set it on the generation the feasibility task \
-                         vouches for)"
-                    ),
-                )
-                .into())
-            }
+        if !taking.contains(&head.kind) {
+            let kinds: Vec<String> = taking.iter().map(|k| k.to_string()).collect();
+            return Err(domain::Error::invalid(
+                "action",
+                format!(
+                    "{} {}; it is for {} tasks, and {id} is a {} task",
+                    s.action.as_str(),
+                    s.action.purpose(),
+                    kinds.join(" and "),
+                    head.kind
+                ),
+            )
+            .into());
         }
     }
     let old = stored(db, id)?;
@@ -204,14 +189,18 @@ fn fired(
 impl Store {
     /// Sets (or with `None` clears) a task's schedule; its first slot is
     /// the first after `now`.
+    /// Sets (or, with `None`, clears) `id`'s schedule. `taking` are the
+    /// kinds whose tasks take the schedule's action (the phase table's
+    /// word): a task of another kind refuses it.
     pub async fn set_schedule(
         &self,
         id: TaskId,
         schedule: Option<Schedule>,
+        taking: &[Kind],
         now: i64,
         ctx: &WriteContext,
     ) -> Result<Once<TaskView>, Error> {
-        self.write_once(ctx, |db| set(db, id, schedule.as_ref(), now, ctx))
+        self.write_once(ctx, |db| set(db, id, schedule.as_ref(), taking, now, ctx))
             .await
     }
 

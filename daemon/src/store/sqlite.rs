@@ -157,12 +157,6 @@ impl Conn {
         }
     }
 
-    pub fn sqlx(&mut self) -> &mut SqliteConnection {
-        self.sqlx
-            .as_mut()
-            .expect("a connection is open until closed")
-    }
-
     /// Locks the connection for direct use; statements run synchronously on the
     /// caller's thread until the `Db` is dropped.
     pub async fn lock(&mut self) -> Result<Db<'_>, Error> {

@@ -185,66 +185,54 @@ impl Sampler {
 }
 
 /// Samples over a stretch of time (a feasibility level): means, and the
-/// highest KV-cache use.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, serde::Deserialize)]
-pub struct Summary {
-    pub samples: u64,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub running: Option<f64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub waiting: Option<f64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub max_kv_cache_usage: Option<f64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub generation_tokens_per_second: Option<f64>,
+/// highest KV-cache use; the type is the feasibility result's.
+pub use todod_proto::results::ServerSummary as Summary;
+
+/// The summary of `samples`, or `None` when there are none.
+pub fn summarize(samples: &[ServerSample]) -> Option<Summary> {
+    if samples.is_empty() {
+        return None;
+    }
+    let mean = |f: fn(&ServerSample) -> Option<f64>| {
+        let values: Vec<f64> = samples.iter().filter_map(f).collect();
+        (!values.is_empty()).then(|| values.iter().sum::<f64>() / values.len() as f64)
+    };
+    Some(Summary {
+        samples: samples.len() as u64,
+        running: mean(|s| s.running),
+        waiting: mean(|s| s.waiting),
+        max_kv_cache_usage: samples
+            .iter()
+            .filter_map(|s| s.kv_cache_usage)
+            .reduce(f64::max),
+        generation_tokens_per_second: mean(|s| s.generation_tokens_per_second),
+    })
 }
 
-impl Summary {
-    pub fn of(samples: &[ServerSample]) -> Option<Summary> {
-        if samples.is_empty() {
-            return None;
-        }
-        let mean = |f: fn(&ServerSample) -> Option<f64>| {
-            let values: Vec<f64> = samples.iter().filter_map(f).collect();
-            (!values.is_empty()).then(|| values.iter().sum::<f64>() / values.len() as f64)
-        };
-        Some(Summary {
-            samples: samples.len() as u64,
-            running: mean(|s| s.running),
-            waiting: mean(|s| s.waiting),
-            max_kv_cache_usage: samples
-                .iter()
-                .filter_map(|s| s.kv_cache_usage)
-                .reduce(f64::max),
-            generation_tokens_per_second: mean(|s| s.generation_tokens_per_second),
-        })
+/// What limited a level run at `concurrency`, as far as the server's
+/// figures (`summary`) say.
+pub fn limit(summary: &Summary, concurrency: u32) -> Option<String> {
+    if let Some(kv) = summary.max_kv_cache_usage.filter(|kv| *kv >= 0.95) {
+        return Some(format!(
+            "the KV cache was full ({:.0}% used at most)",
+            kv * 100.0
+        ));
     }
-
-    /// What limited a level run at `concurrency`, as far as the server's
-    /// figures say.
-    pub fn limit(&self, concurrency: u32) -> Option<String> {
-        if let Some(kv) = self.max_kv_cache_usage.filter(|kv| *kv >= 0.95) {
-            return Some(format!(
-                "the KV cache was full ({:.0}% used at most)",
-                kv * 100.0
-            ));
-        }
-        if let Some(waiting) = self.waiting.filter(|w| *w >= 0.5) {
-            return Some(format!(
-                "requests queued on the server ({waiting:.1} waiting on average)"
-            ));
-        }
-        let running = self.running?;
-        if running < 0.75 * concurrency as f64 {
-            Some(format!(
-                "the client side: the server ran {running:.1} requests on average of \
+    if let Some(waiting) = summary.waiting.filter(|w| *w >= 0.5) {
+        return Some(format!(
+            "requests queued on the server ({waiting:.1} waiting on average)"
+        ));
+    }
+    let running = summary.running?;
+    if running < 0.75 * concurrency as f64 {
+        Some(format!(
+            "the client side: the server ran {running:.1} requests on average of \
                  {concurrency} sent at once"
-            ))
-        } else {
-            Some(format!(
-                "the server's compute: all {concurrency} requests running, none queued"
-            ))
-        }
+        ))
+    } else {
+        Some(format!(
+            "the server's compute: all {concurrency} requests running, none queued"
+        ))
     }
 }
 
@@ -404,18 +392,19 @@ vllm:prompt_tokens_total{engine="0",model_name="m"} 5000.0 1700000000000
             max_kv_cache_usage: kv,
             generation_tokens_per_second: None,
         };
-        assert!(s(8.0, 0.0, Some(0.99))
-            .limit(8)
+        assert!(limit(&s(8.0, 0.0, Some(0.99)), 8)
             .unwrap()
             .contains("KV cache"));
-        assert!(s(8.0, 4.0, None).limit(12).unwrap().contains("queued"));
-        assert!(s(2.0, 0.0, None).limit(8).unwrap().contains("client side"));
-        assert!(s(8.0, 0.0, None).limit(8).unwrap().contains("compute"));
+        assert!(limit(&s(8.0, 4.0, None), 12).unwrap().contains("queued"));
+        assert!(limit(&s(2.0, 0.0, None), 8)
+            .unwrap()
+            .contains("client side"));
+        assert!(limit(&s(8.0, 0.0, None), 8).unwrap().contains("compute"));
         let none = Summary {
             samples: 1,
             ..Summary::default()
         };
-        assert_eq!(none.limit(8), None);
-        assert_eq!(Summary::of(&[]), None);
+        assert_eq!(limit(&none, 8), None);
+        assert_eq!(summarize(&[]), None);
     }
 }

@@ -328,10 +328,10 @@ async fn report(State(page): State<Page>, Path(id): Path<String>, headers: Heade
         Err(e) if is_not_found(&e) => return not_found("no such task"),
         Err(e) => return unavailable(&e),
     };
-    if task.kind != crate::domain::Kind::Feasibility {
+    let Some(kind) = crate::phase::kinds::get(task.kind) else {
         return not_found("this task writes no report");
-    }
-    match crate::phase::kinds::feasibility::vouch::report_now(&page.store, id).await {
+    };
+    match kind.report(&page.store, id).await {
         Ok(Some(html)) => {
             let mut response = guarded(StatusCode::OK, HTML, html);
             response.headers_mut().insert(
@@ -340,7 +340,8 @@ async fn report(State(page): State<Page>, Path(id): Path<String>, headers: Heade
             );
             response
         }
-        Ok(None) => not_found("the report is not written yet"),
+        Ok(None) if task.result.is_none() => not_found("the report is not written yet"),
+        Ok(None) => not_found("this task writes no report"),
         Err(error) => {
             tracing::warn!(%error, "the status page could not render a report");
             guarded(

@@ -3,6 +3,8 @@
 //! else a client wrote reach the page as text, never as markup. The live
 //! part (`<main id="live">`) is also what each server-sent event carries.
 use maud::{html, Markup, DOCTYPE};
+use std::collections::BTreeMap;
+
 use serde_json::Value;
 use todod_proto::units::{count, duration};
 
@@ -11,6 +13,7 @@ use super::series::rate_over;
 use super::view::{Overview, PhaseDetail, PlanPage};
 use crate::domain::time::rfc3339;
 use crate::domain::{Status, TaskId};
+use crate::proto::results::{Estimate, HeldOutcome};
 use crate::store::TaskView;
 
 /// A whole page around its live part.
@@ -160,12 +163,12 @@ fn ids(ids: &[TaskId]) -> String {
         .join(", ")
 }
 
-fn band(v: &Value) -> Option<Band> {
-    Some(Band {
-        value: v["value"].as_f64()?,
-        low: v["low"].as_f64()?,
-        high: v["high"].as_f64()?,
-    })
+fn band(e: &Estimate) -> Band {
+    Band {
+        value: e.value,
+        low: e.low,
+        high: e.high,
+    }
 }
 
 fn phase_section(d: &PhaseDetail, now_ms: i64) -> Markup {
@@ -225,7 +228,7 @@ fn running(d: &PhaseDetail, now_ms: i64) -> Markup {
         _ => 0.0,
     };
     let eta = int("eta_seconds");
-    let projected = d.projection.as_ref().and_then(band);
+    let projected = d.projection.as_ref().map(band);
     html! {
         @if total > 0 {
             progress class="bar" value=(answered) max=(total) {}
@@ -298,9 +301,18 @@ fn servers(server: &Value) -> Markup {
 }
 
 fn failures(p: &Value) -> Markup {
-    let Some(classes) = p["failures_by_class"].as_object().filter(|m| !m.is_empty()) else {
+    let classes: BTreeMap<String, u64> =
+        serde_json::from_value(p["failures_by_class"].clone()).unwrap_or_default();
+    let errors: Vec<String> =
+        serde_json::from_value(p["recent_errors"].clone()).unwrap_or_default();
+    failure_table(&classes, &errors)
+}
+
+/// Failures by class, with the latest errors (newest first).
+fn failure_table(classes: &BTreeMap<String, u64>, errors: &[String]) -> Markup {
+    if classes.is_empty() {
         return html! {};
-    };
+    }
     html! {
         section class="failures" {
             h3 { "Failures by class" }
@@ -311,10 +323,10 @@ fn failures(p: &Value) -> Markup {
                     }
                 }
             }
-            @if let Some(errors) = p["recent_errors"].as_array() {
+            @if !errors.is_empty() {
                 h3 { "Latest errors" }
                 ol class="errors" reversed {
-                    @for e in errors.iter().rev() { li { (e.as_str().unwrap_or("")) } }
+                    @for e in errors.iter().rev() { li { (e) } }
                 }
             }
         }
@@ -322,62 +334,33 @@ fn failures(p: &Value) -> Markup {
 }
 
 fn finished(d: &PhaseDetail) -> Markup {
-    let r = &d.result;
-    let t = &d.task;
-    if t.kind == crate::domain::Kind::Feasibility {
-        let hours = &r["projection"]["hours"];
-        return html! {
-            p class="verdict" {
-                strong { (r["verdict"].as_str().unwrap_or("-")) }
-                @if let Some(c) = r["choice"]["concurrency"].as_u64() { " at concurrency " (c) }
-                @if let (Some(v), Some(lo), Some(hi)) = (hours["value"].as_f64(), hours["low"].as_f64(), hours["high"].as_f64()) {
-                    ": projected " (duration((v * 3600.0).round() as i64)) " (" (duration((lo * 3600.0).round() as i64))
-                    " to " (duration((hi * 3600.0).round() as i64)) ", 95%)"
-                }
-            }
-            @if let Some(reasons) = r["reasons"].as_array().filter(|r| !r.is_empty()) {
-                ul { @for reason in reasons { li { (reason.as_str().unwrap_or("")) } } }
-            }
-            p { a href=(format!("/tasks/{}/report", t.id)) { "The sweep's report" } }
-        };
-    }
-    let int = |k: &str| r[k].as_u64();
+    let Some(view) = &d.view else {
+        return html! {};
+    };
     html! {
-        p class="progress-text" {
-            @if let Some(n) = int("records").or(int("written")) { (count(n as f64)) " records" }
-            @if let Some(n) = int("failed").filter(|n| *n > 0) { " · " (n) " failed" }
-            @if let Some(n) = int("rejected").filter(|n| *n > 0) { " · " (n) " rejected" }
-            @if let Some(n) = int("tokens") { " · " (count(n as f64)) " tokens" }
+        p class="progress-text" { (view.summary) }
+        @if !view.notes.is_empty() {
+            ul { @for note in &view.notes { li { (note) } } }
         }
-        (held_to(&r["projection"]))
-        (failures(r))
+        @if let Some(held) = &view.held { (held_to(held)) }
+        (failure_table(&view.failures_by_class, &[]))
+        @if view.report {
+            p { a href=(format!("/tasks/{}/report", d.task.id)) { "The report" } }
+        }
     }
 }
 
 /// A run held to a projection: its time against the projected band.
-fn held_to(o: &Value) -> Markup {
-    let h = &o["projected_hours"];
-    let (Some(v), Some(lo), Some(hi), Some(actual)) = (
-        h["value"].as_f64(),
-        h["low"].as_f64(),
-        h["high"].as_f64(),
-        o["actual_hours"].as_f64(),
-    ) else {
-        return html! {};
-    };
-    let held = o["held_for_remeasures_hours"].as_f64().unwrap_or(0.0);
-    let compared = (actual - held).max(0.0);
+fn held_to(o: &HeldOutcome) -> Markup {
+    let h = &o.projected_hours;
+    let compared = o.compared_hours();
     let secs = |hours: f64| duration((hours * 3600.0).round() as i64);
-    let inside = compared >= lo && compared <= hi;
     html! {
         p class="actual" {
-            "Took " strong { (secs(compared)) } " against " (secs(v)) " projected ("
-            (secs(lo)) " to " (secs(hi)) ", 95%): "
-            strong { @if inside { "inside" } @else { "outside" } } " the band"
-            @if let Some(f) = o["feasibility"].as_str() {
-                " (" a href=(format!("/tasks/{f}/report")) { "the report" } ")"
-            }
-            "."
+            "Took " strong { (secs(compared)) } " against " (secs(h.value)) " projected ("
+            (secs(h.low)) " to " (secs(h.high)) ", 95%): "
+            strong { @if h.contains(compared) { "inside" } @else { "outside" } } " the band"
+            " (" a href=(format!("/tasks/{}/report", o.feasibility)) { "the report" } ")."
         }
     }
 }

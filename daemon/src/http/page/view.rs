@@ -5,6 +5,9 @@ use serde_json::Value;
 
 use super::series::SeriesCache;
 use crate::domain::{Kind, Status, TaskId};
+use crate::phase::kind::View;
+use crate::phase::kinds;
+use crate::proto::results::{self, Estimate, FeasibilityResult};
 use crate::store::{
     Detail, Error, NotableEvent, PlanView, ProgressPoint, Store, TaskFilter, TaskView,
 };
@@ -40,21 +43,15 @@ pub struct PlanPage {
 pub struct PhaseDetail {
     pub task: TaskView,
     pub progress: Value,
-    pub result: Value,
+    /// What its kind shows of it, once it has a result.
+    pub view: Option<View>,
     /// The run's progress over time, while it runs.
     pub points: Vec<ProgressPoint>,
     pub events: Vec<NotableEvent>,
-    /// The projection the run is held to: the progress's, else the
-    /// completed feasibility's before it in the plan.
-    pub projection: Option<Value>,
+    /// The projection the run is held to: the progress's, else that of
+    /// a completed feasibility it depends on.
+    pub projection: Option<Estimate>,
 }
-
-const PHASE_KINDS: [Kind; 4] = [
-    Kind::Feasibility,
-    Kind::PromptAdaptation,
-    Kind::Generation,
-    Kind::Tokenization,
-];
 
 fn json(text: Option<&str>) -> Value {
     text.and_then(|t| serde_json::from_str(t).ok())
@@ -65,13 +62,23 @@ async fn phases_of(store: &Store, plan: &str) -> Result<Vec<TaskView>, Error> {
     Ok(store
         .list_tasks(&TaskFilter {
             plan: plan.into(),
-            kinds: PHASE_KINDS.to_vec(),
+            kinds: kinds::TABLE.iter().map(|k| k.kind()).collect(),
             detail: Detail::Full,
             page_size: MAX_PHASES,
             ..TaskFilter::default()
         })
         .await?
         .tasks)
+}
+
+/// The projected rate of a completed feasibility `task` depends on, read
+/// from its typed result.
+fn vouched_rate(task: &TaskView, phases: &[TaskView]) -> Option<Estimate> {
+    phases
+        .iter()
+        .filter(|t| task.depends_on.contains(&t.id) && t.status == Status::Completed)
+        .filter_map(|t| results::parse::<FeasibilityResult>(t.result.as_deref()?))
+        .find_map(|r| Some(r.projection?.records_per_second))
 }
 
 pub async fn overview(store: &Store) -> Result<Overview, Error> {
@@ -100,7 +107,7 @@ pub async fn plan_page(store: &Store, series: &SeriesCache, name: &str) -> Resul
     let page = store
         .list_tasks(&TaskFilter {
             plan: name.into(),
-            kinds: vec![Kind::Todo],
+            kinds: vec![Kind::TODO],
             detail: Detail::Basic,
             page_size: MAX_TODOS,
             ..TaskFilter::default()
@@ -109,33 +116,30 @@ pub async fn plan_page(store: &Store, series: &SeriesCache, name: &str) -> Resul
     let todos = page.tasks;
     let mut phases = Vec::new();
     let mut stopped: Vec<TaskId> = Vec::new();
-    let mut last_projection: Option<Value> = None;
-    for task in phases_of(store, name).await? {
+    let all = phases_of(store, name).await?;
+    for task in &all {
+        let kind = kinds::get(task.kind);
         let progress = json(task.progress.as_deref());
-        let result = json(task.result.as_deref());
+        let view = match (kind, task.result.as_deref()) {
+            (Some(k), Some(result)) => k.view(result),
+            _ => None,
+        };
         // A sweep's progress counts levels, not records: no rate to draw.
-        let points = if task.status == Status::InProgress && task.kind != Kind::Feasibility {
+        let in_records = kind.is_some_and(|k| k.progress_in_records());
+        let points = if task.status == Status::InProgress && in_records {
             series.points(store, task.id).await?
         } else {
             stopped.push(task.id);
             Vec::new()
         };
         let events = store.notable_events(task.id, MAX_EVENTS).await?;
-        let projection = if progress["projected_records_per_second"].is_object() {
-            Some(progress["projected_records_per_second"].clone())
-        } else if task.kind == Kind::Generation {
-            last_projection.clone()
-        } else {
-            None
-        };
-        if task.kind == Kind::Feasibility && task.status == Status::Completed {
-            last_projection =
-                Some(result["projection"]["records_per_second"].clone()).filter(Value::is_object);
-        }
+        let projection = serde_json::from_value(progress["projected_records_per_second"].clone())
+            .ok()
+            .or_else(|| vouched_rate(task, &all));
         phases.push(PhaseDetail {
-            task,
+            task: task.clone(),
             progress,
-            result,
+            view,
             points,
             events,
             projection,

@@ -9,6 +9,7 @@
 //! It stands on the record pipeline with CPU processing: its output keeps the
 //! input's order and is byte-identical however often the run is killed.
 pub mod formats;
+pub mod kind;
 pub mod rendered;
 pub mod spec;
 
@@ -26,6 +27,9 @@ use crate::phase::model::Templates;
 use crate::phase::record_pipeline::{self, Files, RecordPhase};
 use crate::phase::state::{InputState, PassCounts, PhaseState};
 use crate::phase::{cpu_pass, Ended, RunContext};
+use crate::proto::results::{
+    AdaptationResult, AdaptationSample, LengthQuantiles, ToolCounts, TrailingCounts,
+};
 use crate::tokenizer::Tokenizer;
 use formats::{Conversation, Reading};
 pub use spec::AdaptationSpec;
@@ -35,13 +39,7 @@ const OUTPUT: usize = 0;
 const REJECTS: usize = 1;
 
 /// What the system prompts of the set came to.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct SystemCounts {
-    pub kept: u64,
-    pub dropped: u64,
-    pub folded: u64,
-    pub replaced: u64,
-}
+pub use crate::proto::results::SystemCounts;
 
 /// Counters of an adaptation.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -545,37 +543,42 @@ fn verdict(spec: &AdaptationSpec, mut state: PhaseState, template: Option<&str>)
             state: Some(state),
         };
     }
-    let lengths = if stats.lengths.is_empty() {
-        Value::Null
-    } else {
-        json!({"p50": stats.quantile(0.5), "p99": stats.quantile(0.99),
-               "max": stats.lengths.keys().next_back()})
+    let result = AdaptationResult {
+        records: stats.records,
+        rejected: stats.rejected,
+        formats: stats.formats.clone(),
+        roles: stats.roles.clone(),
+        system_prompts: stats.system.clone(),
+        trailing_assistant: TrailingCounts {
+            dropped: stats.trailing_dropped,
+            prefilled: stats.trailing_prefilled,
+            kept: stats.trailing_kept,
+        },
+        tools: ToolCounts {
+            records_with_tools: stats.with_tools,
+            tool_calls: stats.tool_calls,
+        },
+        prompt_tokens: (!stats.lengths.is_empty()).then(|| LengthQuantiles {
+            p50: stats.quantile(0.5),
+            p99: stats.quantile(0.99),
+            max: stats.lengths.keys().next_back().copied(),
+        }),
+        template_sha256: template.map(str::to_string),
+        output: spec.output.display().to_string(),
+        rejects: spec.rejects.display().to_string(),
+        sample: spec.sample.map(|s| AdaptationSample {
+            count: s.count,
+            seed: s.seed,
+            not_sampled: stats.not_sampled,
+        }),
     };
-    let result = json!({
-        "records": stats.records, "rejected": stats.rejected,
-        "formats": stats.formats, "roles": stats.roles, "system_prompts": stats.system,
-        "trailing_assistant": {"dropped": stats.trailing_dropped,
-            "prefilled": stats.trailing_prefilled, "kept": stats.trailing_kept},
-        "tools": {"records_with_tools": stats.with_tools, "tool_calls": stats.tool_calls},
-        "prompt_tokens": lengths, "template_sha256": template,
-        "output": spec.output, "rejects": spec.rejects,
-        "sample": spec.sample.map(|s| json!({
-            "count": s.count, "seed": s.seed, "not_sampled": stats.not_sampled,
-        })),
-    });
     Ended::Completed {
-        result: result.to_string(),
+        result: serde_json::to_string(&result).unwrap_or_default(),
         state: Some(state),
     }
 }
 
-pub async fn run(run: RunContext, spec: AdaptationSpec) -> Ended {
-    match run_inner(&run, spec).await {
-        Ok(ended) => ended,
-        Err(error) => Ended::broke_off(error),
-    }
-}
-
+/// Runs (or resumes) one attempt; `Err` breaks it off (see `kind.rs`).
 async fn run_inner(run: &RunContext, spec: AdaptationSpec) -> Result<Ended, String> {
     let mut state = PhaseState::load(&run.store, run.task)
         .await?

@@ -8,14 +8,15 @@
 //! complete, by the attempt that measured it whole; a run killed in the
 //! middle of a level measures that level again from the start, so no level
 //! mixes two runs. A retry after the task ended measures everything again.
+pub mod kind;
 pub mod measure;
+pub mod outcomes;
 pub mod projection;
 pub mod remeasure;
 mod report;
 pub mod spec;
 pub mod stats;
 pub mod sweep;
-pub mod vouch;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -23,9 +24,12 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-use crate::domain::{Kind, Status};
+use crate::domain::Status;
 use crate::phase::kinds::generation::GenerationSpec;
 use crate::phase::{Ended, PhaseState, RunContext};
+use crate::proto::results::{
+    Choice, FeasibilityResult, MeasuredBy, SweepCost, SweepSample, Warmup,
+};
 use crate::store::Error as StoreError;
 pub use spec::{FeasibilitySpec, ShapeSource};
 use stats::{Figures, Level};
@@ -67,14 +71,6 @@ impl Sweep {
     }
 }
 
-/// Runs (or resumes) a feasibility measurement.
-pub async fn run(run: RunContext, spec: FeasibilitySpec) -> Ended {
-    match run_inner(&run, spec).await {
-        Ok(ended) => ended,
-        Err(error) => Ended::broke_off(error),
-    }
-}
-
 /// The request shape the spec points at; `None` if the run was told to stop
 /// while it waited for a generation to depend on it.
 async fn shape(run: &RunContext, spec: &FeasibilitySpec) -> Result<Option<GenerationSpec>, String> {
@@ -91,7 +87,7 @@ async fn shape(run: &RunContext, spec: &FeasibilitySpec) -> Result<Option<Genera
                 .get_task(*id)
                 .await
                 .map_err(|e| format!("cannot read generation task {id}: {e}"))?;
-            if task.kind != Kind::Generation {
+            if task.kind != crate::phase::kinds::generation::kind::KIND {
                 return Err(format!(
                     "task {id} is a {} task, not a generation",
                     task.kind
@@ -112,7 +108,7 @@ async fn shape(run: &RunContext, spec: &FeasibilitySpec) -> Result<Option<Genera
                     })?;
                 let generations: Vec<_> = dependents
                     .iter()
-                    .filter(|t| t.kind == Kind::Generation)
+                    .filter(|t| t.kind == crate::phase::kinds::generation::kind::KIND)
                     .collect();
                 match generations.as_slice() {
                     [one] => return from_task(one).map(Some),
@@ -272,20 +268,20 @@ fn cost(
     spec: &FeasibilitySpec,
     sweep: &Sweep,
     projection: Option<&projection::Projection>,
-) -> Value {
+) -> SweepCost {
     let spent: f64 = sweep.levels.iter().map(|l| l.wall_seconds).sum();
     let run = projection.map(|p| p.hours.value * 3600.0);
-    json!({
-        "seconds": spent,
-        "levels": sweep.levels.len(),
-        "between": sweep.between(&planned_levels(spec)),
-        "projected_run_seconds": run,
-        "share_of_run": run.filter(|r| *r > 0.0).map(|r| spent / r),
-        "max_share": spec.max_sweep_share,
-        "min_seconds": spec.min_sweep_seconds,
-        "allowed_seconds": sweep.allowed_seconds,
-        "cut_short": sweep.cut_short,
-    })
+    SweepCost {
+        seconds: spent,
+        levels: sweep.levels.len(),
+        between: sweep.between(&planned_levels(spec)),
+        projected_run_seconds: run,
+        share_of_run: run.filter(|r| *r > 0.0).map(|r| spent / r),
+        max_share: spec.max_sweep_share,
+        min_seconds: spec.min_sweep_seconds,
+        allowed_seconds: sweep.allowed_seconds,
+        cut_short: sweep.cut_short.clone(),
+    }
 }
 
 fn summary(figures: &[Figures]) -> Value {
@@ -302,6 +298,7 @@ fn summary(figures: &[Figures]) -> Value {
         .collect()
 }
 
+/// Runs (or resumes) one attempt; `Err` breaks it off (see `kind.rs`).
 async fn run_inner(run: &RunContext, spec: FeasibilitySpec) -> Result<Ended, String> {
     let mut state = PhaseState::load(&run.store, run.task)
         .await?
@@ -444,7 +441,7 @@ async fn run_inner(run: &RunContext, spec: FeasibilitySpec) -> Result<Ended, Str
         "message": format!(
             "{} level(s) measured: {}",
             sweep.levels.len(),
-            decided.result["verdict"].as_str().unwrap_or("-")
+            decided.result.verdict
         ),
         "done": sweep.levels.len(),
         "total": sweep.levels.len(),
@@ -459,7 +456,7 @@ async fn run_inner(run: &RunContext, spec: FeasibilitySpec) -> Result<Ended, Str
     // replaces a file it did not write (the same bytes, from an interrupted
     // finish, are accepted).
     let replace = state.pass > 0;
-    let result = decided.result.to_string();
+    let result = serde_json::to_string(&decided.result).unwrap_or_default();
     if let Some(path) = &spec.report {
         let html = report::html(&decided.result);
         report::write(run.fs.as_ref(), "report", path, html.as_bytes(), replace)?;
@@ -484,7 +481,7 @@ async fn run_inner(run: &RunContext, spec: FeasibilitySpec) -> Result<Ended, Str
 }
 
 struct Decided {
-    result: Value,
+    result: FeasibilityResult,
     reasons: Vec<String>,
 }
 
@@ -508,21 +505,8 @@ fn decide(
         spec.max_p99_latency_seconds,
     );
     let mut reasons = Vec::new();
-    let mut result = json!({
-        "records": records,
-        "usable_prompts": usable,
-        "prompts": shape.prompts,
-        "model": shape.model,
-        "endpoints": shape.endpoints,
-        "sample": {"size": spec.sample_size.min(usable as usize), "seed": seed},
-        "warmup": {"requests_per_endpoint": spec.warmup_requests, "max_tokens": spec.warmup_max_tokens, "notes": sweep.warmup_notes.clone().unwrap_or_default()},
-        "levels": figures,
-        "sweep_stopped": sweep.cut_short.as_ref().or(sweep.stopped_because.as_ref()),
-        "measured_by": levels.iter().map(|l| json!({"concurrency": l.concurrency, "attempt": l.measured_by})).collect::<Vec<_>>(),
-        "drift_after_seconds": spec.drift_after_seconds,
-        "calibrate_after_seconds": spec.calibrate_after_seconds,
-        "budget": spec.budget,
-    });
+    let mut choice = None;
+    let mut projected = None;
     match chosen {
         None => {
             reasons.push(match spec.max_p99_latency_seconds {
@@ -538,12 +522,15 @@ fn decide(
         }
         Some((index, why)) => {
             let level = levels[index];
-            result["choice"] = json!({"concurrency": level.concurrency, "why": why});
+            choice = Some(Choice {
+                concurrency: level.concurrency,
+                why,
+            });
             let lengths = projection::prompt_lengths(sweep.levels.iter());
             match projection::project(level, &lengths, records, &spec.price, seed) {
                 Some(projection) => {
                     reasons = projection::verdict(&projection, &figures[index], &spec.budget);
-                    result["projection"] = serde_json::to_value(&projection).unwrap_or_default();
+                    projected = Some(projection);
                 }
                 None => reasons.push(format!(
                     "concurrency {} measured no successful request to project from",
@@ -552,11 +539,43 @@ fn decide(
             }
         }
     }
-    let projected: Option<projection::Projection> =
-        serde_json::from_value(result["projection"].clone()).ok();
-    result["sweep"] = cost(spec, sweep, projected.as_ref());
-    result["verdict"] = json!(if reasons.is_empty() { "go" } else { "no-go" });
-    result["reasons"] = json!(reasons);
+    let result = FeasibilityResult {
+        records,
+        usable_prompts: usable,
+        prompts: shape.prompts.display().to_string(),
+        model: shape.model.clone(),
+        endpoints: shape.endpoints.clone(),
+        sample: SweepSample {
+            size: spec.sample_size.min(usable as usize),
+            seed,
+        },
+        warmup: Warmup {
+            requests_per_endpoint: spec.warmup_requests,
+            max_tokens: spec.warmup_max_tokens,
+            notes: sweep.warmup_notes.clone().unwrap_or_default(),
+        },
+        sweep_stopped: sweep
+            .cut_short
+            .as_ref()
+            .or(sweep.stopped_because.as_ref())
+            .cloned(),
+        measured_by: levels
+            .iter()
+            .map(|l| MeasuredBy {
+                concurrency: l.concurrency,
+                attempt: l.measured_by.clone(),
+            })
+            .collect(),
+        levels: figures,
+        drift_after_seconds: spec.drift_after_seconds,
+        calibrate_after_seconds: spec.calibrate_after_seconds,
+        budget: serde_json::to_value(spec.budget).unwrap_or_default(),
+        choice,
+        sweep: Some(cost(spec, sweep, projected.as_ref())),
+        projection: projected,
+        verdict: if reasons.is_empty() { "go" } else { "no-go" }.into(),
+        reasons: reasons.clone(),
+    };
     Decided { result, reasons }
 }
 

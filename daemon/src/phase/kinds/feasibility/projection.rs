@@ -18,30 +18,7 @@ use serde::{Deserialize, Serialize};
 
 use super::stats::{quantile, Figures, Level, SplitMix};
 
-/// A value with its 95 % interval.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct Estimate {
-    pub value: f64,
-    pub low: f64,
-    pub high: f64,
-}
-
-/// What a whole run of `records` is projected to take.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Projection {
-    pub records: u64,
-    pub concurrency: usize,
-    pub hours: Estimate,
-    pub records_per_second: Estimate,
-    pub output_tokens: Estimate,
-    pub input_tokens: Estimate,
-    pub bytes: Estimate,
-    pub cost: Option<Estimate>,
-    /// How the interval was made (absent in projections of older versions).
-    #[serde(default)]
-    pub interval: Option<String>,
-    pub assumptions: Vec<String>,
-}
+pub use todod_proto::results::{Estimate, Projection};
 
 /// What one prompt's answers measured, averaged over its answers.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -18,11 +18,12 @@ use serde_json::{json, Value};
 
 use super::projection::{self, Projection};
 use super::stats::Level;
-use super::vouch::{self, Vouch};
 use super::{measure, FeasibilitySpec, DEFAULT_SEED};
 use crate::domain::{Status, TaskId};
 use crate::phase::gate::Gates;
+use crate::phase::kinds::generation::held::{self as vouch, Vouch};
 use crate::phase::kinds::generation::GenerationSpec;
+use crate::proto::results::{self, Compared, FeasibilityResult, Remeasured};
 use crate::store::Store;
 
 /// How much longer than a request's deadline the drain may take.
@@ -152,15 +153,11 @@ async fn inner(
     let lengths = projection::prompt_lengths([&level]);
     let projection = projection::project(&level, &lengths, left, &spec.price, seed);
     if let Some(projection) = &projection {
-        hold.rebase(Vouch {
-            concurrency: c,
-            projection: projection.clone(),
-            ..vouch.clone()
-        });
+        hold.rebase(projection.clone());
     }
     let held = holding.elapsed().as_secs_f64();
     drop(hold);
-    Ok(outcome(
+    let found = outcome(
         &vouch,
         feasibility.result.as_deref(),
         &level,
@@ -168,7 +165,8 @@ async fn inner(
         left,
         &spec,
         (drained, held),
-    ))
+    );
+    Ok(serde_json::to_value(found).unwrap_or_default())
 }
 
 /// Records the run has still to answer, by its last progress report.
@@ -189,37 +187,19 @@ fn outcome(
     left: u64,
     spec: &FeasibilitySpec,
     (drained, held): (f64, f64),
-) -> Value {
+) -> Remeasured {
     let now = level.figures();
-    let then: Option<Value> = sweep
-        .and_then(|r| serde_json::from_str::<Value>(r).ok())
+    let then = sweep
+        .and_then(results::parse::<FeasibilityResult>)
         .and_then(|r| {
-            r["levels"]
-                .as_array()?
-                .iter()
-                .find(|l| l["concurrency"].as_u64() == Some(level.concurrency as u64))
-                .cloned()
+            r.levels
+                .into_iter()
+                .find(|l| l.concurrency == level.concurrency)
         });
-    let compare = |key: &str, value: f64| {
-        let before = then.as_ref().and_then(|t| t[key].as_f64());
-        json!({
-            "now": value,
-            "feasibility": before,
-            "ratio": before.filter(|b| *b > 0.0).map(|b| value / b),
-        })
-    };
-    let mut out = json!({
-        "feasibility": vouch.task.to_string(),
-        "concurrency": level.concurrency,
-        "held_seconds": held,
-        "drain_seconds": drained,
-        "requests": now.requests,
-        "error_rate": now.error_rate,
-        "output_tokens_per_second": compare("output_tokens_per_second", now.output_tokens_per_second),
-        "requests_per_second": compare("requests_per_second", now.requests_per_second),
-        "p99_seconds": now.e2e_seconds.map(|s| s.p99),
-        "left": left,
-    });
+    let tokens = Compared::new(
+        now.output_tokens_per_second,
+        then.as_ref().map(|t| t.output_tokens_per_second),
+    );
     let mut notes = Vec::new();
     if now.error_rate > spec.max_error_rate {
         notes.push(format!(
@@ -228,30 +208,47 @@ fn outcome(
             spec.max_error_rate * 100.0
         ));
     }
-    match projection {
-        Some(p) => {
-            out["projection"] = serde_json::to_value(p).unwrap_or_default();
-            out["message"] = json!(format!(
-                "at concurrency {}: {:.0} output tokens/s{}; the {left} records left are \
-                 projected at {:.2} h ({:.2}-{:.2})",
-                level.concurrency,
-                now.output_tokens_per_second,
-                match out["output_tokens_per_second"]["ratio"].as_f64() {
-                    Some(r) => format!(" ({:.0}% of the feasibility sweep's)", r * 100.0),
-                    None => String::new(),
-                },
-                p.hours.value,
-                p.hours.low,
-                p.hours.high
-            ));
-        }
-        None => notes.push(format!(
-            "no request of the measurement at concurrency {} succeeded; nothing to project from",
-            level.concurrency
+    let message = match projection {
+        Some(p) => Some(format!(
+            "at concurrency {}: {:.0} output tokens/s{}; the {left} records left are \
+             projected at {:.2} h ({:.2}-{:.2})",
+            level.concurrency,
+            now.output_tokens_per_second,
+            match tokens.ratio {
+                Some(r) => format!(" ({:.0}% of the feasibility sweep's)", r * 100.0),
+                None => String::new(),
+            },
+            p.hours.value,
+            p.hours.low,
+            p.hours.high
         )),
+        None => {
+            notes.push(format!(
+                "no request of the measurement at concurrency {} succeeded; nothing to project \
+                 from",
+                level.concurrency
+            ));
+            None
+        }
+    };
+    Remeasured {
+        feasibility: vouch.task.to_string(),
+        concurrency: level.concurrency,
+        held_seconds: held,
+        drain_seconds: drained,
+        requests: now.requests,
+        error_rate: now.error_rate,
+        output_tokens_per_second: tokens,
+        requests_per_second: Compared::new(
+            now.requests_per_second,
+            then.as_ref().map(|t| t.requests_per_second),
+        ),
+        p99_seconds: now.e2e_seconds.map(|s| s.p99),
+        left,
+        projection: projection.cloned(),
+        message,
+        notes,
     }
-    out["notes"] = json!(notes);
-    out
 }
 
 #[cfg(test)]

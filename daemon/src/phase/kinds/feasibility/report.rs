@@ -7,8 +7,6 @@
 use std::io::Write;
 use std::path::Path;
 
-use serde_json::Value;
-
 use crate::phase::files::{self, Fs};
 
 fn escape(text: &str) -> String {
@@ -24,10 +22,6 @@ fn escape(text: &str) -> String {
         }
     }
     out
-}
-
-fn num(value: &Value) -> Option<f64> {
-    value.as_f64()
 }
 
 fn fmt(value: Option<f64>, digits: usize) -> String {
@@ -96,74 +90,50 @@ fn chart(title: &str, unit: &str, points: &[(f64, f64)], chosen: Option<f64>) ->
     svg
 }
 
+use crate::proto::results::{Estimate, FeasibilityResult, HeldOutcome, ServerSummary};
 use crate::proto::units::{count, duration, size};
 
-/// An estimate `{value, low, high}` as `v (lo–hi, 95%)` in `show`'s units.
-fn estimate_with(value: &Value, show: impl Fn(f64) -> String) -> String {
-    match (
-        num(&value["value"]),
-        num(&value["low"]),
-        num(&value["high"]),
-    ) {
-        (Some(v), Some(lo), Some(hi)) => format!("{} ({}–{}, 95%)", show(v), show(lo), show(hi)),
-        _ => "-".into(),
-    }
-}
-
-fn estimate(value: &Value, scale: f64, digits: usize) -> String {
-    match (
-        num(&value["value"]),
-        num(&value["low"]),
-        num(&value["high"]),
-    ) {
-        (Some(v), Some(lo), Some(hi)) => format!(
-            "{:.digits$} ({:.digits$}–{:.digits$}, 95%)",
-            v * scale,
-            lo * scale,
-            hi * scale
-        ),
-        _ => "-".into(),
+/// An estimate as `v (lo–hi, 95%)` in `show`'s units.
+fn estimate_with(e: Option<&Estimate>, show: impl Fn(f64) -> String) -> String {
+    match e {
+        Some(e) => format!("{} ({}–{}, 95%)", show(e.value), show(e.low), show(e.high)),
+        None => "-".into(),
     }
 }
 
 /// A level's server figures, `running / queued / KV max`, or "-" for a
 /// server without `/metrics`.
-fn server_figures(server: &Value) -> String {
-    if !server.is_object() {
+fn server_figures(server: Option<&ServerSummary>) -> String {
+    let Some(server) = server else {
         return "-".into();
-    }
+    };
     format!(
         "{} / {} / {}",
-        fmt(num(&server["running"]), 1),
-        fmt(num(&server["waiting"]), 1),
-        fmt(num(&server["max_kv_cache_usage"]).map(|v| v * 100.0), 0) + "%"
+        fmt(server.running, 1),
+        fmt(server.waiting, 1),
+        fmt(server.max_kv_cache_usage.map(|v| v * 100.0), 0) + "%"
     )
 }
 
 /// How a generation held to this feasibility's projection went: the
-/// generation's task id and its result's `projection` (`vouch::outcome`).
-pub type Outcome<'a> = (&'a str, &'a Value);
+/// generation's task id and its result's `projection`.
+pub type Outcome<'a> = (&'a str, &'a HeldOutcome);
 
 /// The actual wall time of each run against the projected band: a line of
 /// text and a strip with the band, the projected value and the actual.
 fn outcomes(runs: &[Outcome]) -> String {
     let mut out = String::new();
     for (task, o) in runs {
-        let h = &o["projected_hours"];
-        let (Some(v), Some(lo), Some(hi), Some(actual)) = (
-            num(&h["value"]),
-            num(&h["low"]),
-            num(&h["high"]),
-            num(&o["actual_hours"]),
-        ) else {
-            continue;
-        };
-        let held = num(&o["held_for_remeasures_hours"]).unwrap_or(0.0);
+        let h = &o.projected_hours;
+        let held = o.held_for_remeasures_hours;
         // What is compared: the run's time less its holds.
-        let compared = (actual - held).max(0.0);
+        let compared = o.compared_hours();
         let secs = |hours: f64| duration((hours * 3600.0).round() as i64);
-        let error = if v > 0.0 { compared / v - 1.0 } else { 0.0 };
-        let inside = compared >= lo && compared <= hi;
+        let error = if h.value > 0.0 {
+            compared / h.value - 1.0
+        } else {
+            0.0
+        };
         if out.is_empty() {
             out.push_str("<h2>How the generation went</h2>");
         }
@@ -177,24 +147,29 @@ fn outcomes(runs: &[Outcome]) -> String {
             } else {
                 String::new()
             },
-            secs(v),
-            secs(lo),
-            secs(hi),
+            secs(h.value),
+            secs(h.low),
+            secs(h.high),
             error.abs() * 100.0,
             if error > 0.0 { "slower" } else { "faster" },
-            if inside { "inside" } else { "outside" },
+            if h.contains(compared) {
+                "inside"
+            } else {
+                "outside"
+            },
         ));
-        out.push_str(&band_strip(lo, v, hi, compared, &secs));
+        out.push_str(&band_strip(h, compared, &secs));
     }
     out
 }
 
 /// A horizontal strip: the projected band (filled), its value (dashed) and
 /// the actual (a diamond), on one time axis.
-fn band_strip(lo: f64, v: f64, hi: f64, actual: f64, show: &dyn Fn(f64) -> String) -> String {
+fn band_strip(h: &Estimate, actual: f64, show: &dyn Fn(f64) -> String) -> String {
     const W: f64 = 420.0;
     const H: f64 = 64.0;
     const PAD: f64 = 24.0;
+    let (lo, v, hi) = (h.low, h.value, h.high);
     let (a, b) = (lo.min(actual) * 0.9, hi.max(actual) * 1.1);
     let span = (b - a).max(1e-12);
     let x = |t: f64| PAD + (t - a) / span * (W - 2.0 * PAD);
@@ -221,15 +196,13 @@ fn band_strip(lo: f64, v: f64, hi: f64, actual: f64, show: &dyn Fn(f64) -> Strin
 }
 
 /// The report of `result`.
-pub fn html(result: &Value) -> String {
+pub fn html(result: &FeasibilityResult) -> String {
     html_with_runs(result, &[])
 }
 
 /// The report of `result`, with how the generations held to it went.
-pub fn html_with_runs(result: &Value, runs: &[Outcome]) -> String {
-    let levels = result["levels"].as_array().cloned().unwrap_or_default();
-    let chosen = result["choice"]["concurrency"].as_f64();
-    let verdict = result["verdict"].as_str().unwrap_or("-");
+pub fn html_with_runs(result: &FeasibilityResult, runs: &[Outcome]) -> String {
+    let chosen = result.choice.as_ref().map(|c| c.concurrency);
     let mut out = String::from(
         "<!doctype html><html><head><meta charset=\"utf-8\"><title>todod feasibility</title>\
          <style>body{font-family:system-ui,sans-serif;margin:2em;max-width:60em}\
@@ -239,30 +212,26 @@ pub fn html_with_runs(result: &Value, runs: &[Outcome]) -> String {
     );
     out.push_str(&format!(
         "<h1>Feasibility: <span class=\"{}\">{}</span></h1>",
-        if verdict == "go" { "go" } else { "nogo" },
-        escape(verdict)
+        if result.is_go() { "go" } else { "nogo" },
+        escape(&result.verdict)
     ));
     out.push_str(&format!(
         "<p>Model {} at {}; prompts {} ({} usable, sample of {} with seed {}).</p>",
-        escape(result["model"].as_str().unwrap_or("-")),
-        escape(&result["endpoints"].to_string()),
-        escape(&result["prompts"].to_string()),
-        result["usable_prompts"],
-        result["sample"]["size"],
-        result["sample"]["seed"],
+        escape(&result.model),
+        escape(&serde_json::to_string(&result.endpoints).unwrap_or_default()),
+        escape(&serde_json::to_string(&result.prompts).unwrap_or_default()),
+        result.usable_prompts,
+        result.sample.size,
+        result.sample.seed,
     ));
-    if let Some(reasons) = result["reasons"].as_array().filter(|r| !r.is_empty()) {
+    if !result.reasons.is_empty() {
         out.push_str("<ul>");
-        for reason in reasons {
-            out.push_str(&format!(
-                "<li>{}</li>",
-                escape(reason.as_str().unwrap_or(""))
-            ));
+        for reason in &result.reasons {
+            out.push_str(&format!("<li>{}</li>", escape(reason)));
         }
         out.push_str("</ul>");
     }
-    let p = &result["projection"];
-    if p.is_object() {
+    if let Some(p) = &result.projection {
         out.push_str(&format!(
             "<h2>Projection for {} records at concurrency {}</h2><table>\
              <tr><th>wall time</th><td>{}</td></tr>\
@@ -270,55 +239,48 @@ pub fn html_with_runs(result: &Value, runs: &[Outcome]) -> String {
              <tr><th>output tokens</th><td>{}</td></tr>\
              <tr><th>input tokens</th><td>{}</td></tr>\
              <tr><th>output size</th><td>{}</td></tr>",
-            p["records"],
-            p["concurrency"],
-            estimate_with(&p["hours"], |h| duration((h * 3600.0).round() as i64)),
-            estimate(&p["records_per_second"], 1.0, 2),
-            estimate_with(&p["output_tokens"], count),
-            estimate_with(&p["input_tokens"], count),
-            estimate_with(&p["bytes"], size),
+            p.records,
+            p.concurrency,
+            estimate_with(Some(&p.hours), |h| duration((h * 3600.0).round() as i64)),
+            estimate_with(Some(&p.records_per_second), |v| format!("{v:.2}")),
+            estimate_with(Some(&p.output_tokens), count),
+            estimate_with(Some(&p.input_tokens), count),
+            estimate_with(Some(&p.bytes), size),
         ));
-        if p["cost"].is_object() {
+        if p.cost.is_some() {
             out.push_str(&format!(
                 "<tr><th>cost</th><td>{}</td></tr>",
-                estimate(&p["cost"], 1.0, 2)
+                estimate_with(p.cost.as_ref(), |v| format!("{v:.2}"))
             ));
         }
         out.push_str("</table><p>Assumes:</p><ul>");
-        for a in p["assumptions"].as_array().cloned().unwrap_or_default() {
-            out.push_str(&format!("<li>{}</li>", escape(a.as_str().unwrap_or(""))));
+        for a in &p.assumptions {
+            out.push_str(&format!("<li>{}</li>", escape(a)));
         }
         out.push_str("</ul>");
     }
     out.push_str(&outcomes(runs));
-    if let Some(why) = result["choice"]["why"].as_str() {
+    if let Some(choice) = &result.choice {
         out.push_str(&format!(
             "<p>Chosen: concurrency {}, {}.</p>",
-            result["choice"]["concurrency"],
-            escape(why)
+            choice.concurrency,
+            escape(&choice.why)
         ));
     }
-    let tps: Vec<(f64, f64)> = levels
+    let tps: Vec<(f64, f64)> = result
+        .levels
         .iter()
-        .filter_map(|l| {
-            Some((
-                l["concurrency"].as_f64()?,
-                l["output_tokens_per_second"].as_f64()?,
-            ))
-        })
+        .map(|l| (l.concurrency as f64, l.output_tokens_per_second))
         .collect();
-    let p99: Vec<(f64, f64)> = levels
+    let p99: Vec<(f64, f64)> = result
+        .levels
         .iter()
-        .filter_map(|l| {
-            Some((
-                l["concurrency"].as_f64()?,
-                l["e2e_seconds"]["p99"].as_f64()?,
-            ))
-        })
+        .filter_map(|l| Some((l.concurrency as f64, l.e2e_seconds?.p99)))
         .collect();
+    let chosen_x = chosen.map(|c| c as f64);
     out.push_str("<h2>Sweep</h2><div>");
-    out.push_str(&chart("output tokens/s", "by concurrency", &tps, chosen));
-    out.push_str(&chart("p99 latency", "s, by concurrency", &p99, chosen));
+    out.push_str(&chart("output tokens/s", "by concurrency", &tps, chosen_x));
+    out.push_str(&chart("p99 latency", "s, by concurrency", &p99, chosen_x));
     out.push_str(
         "</div><div class=\"scroll\"><table><tr><th>concurrency</th><th>requests</th><th>req/s</th><th>out tok/s</th>\
          <th>in tok/s</th><th>TTFT p50</th><th>ITL p50</th><th>e2e p50</th><th>e2e p90</th>\
@@ -326,8 +288,8 @@ pub fn html_with_runs(result: &Value, runs: &[Outcome]) -> String {
          <th>errors</th><th>bytes/rec</th><th>server: running / queued / KV max</th>\
          <th>limited by</th></tr>",
     );
-    for l in &levels {
-        let row_class = if l["concurrency"].as_f64() == chosen {
+    for l in &result.levels {
+        let row_class = if Some(l.concurrency) == chosen {
             " class=\"chosen\""
         } else {
             ""
@@ -336,27 +298,27 @@ pub fn html_with_runs(result: &Value, runs: &[Outcome]) -> String {
             "<tr{row_class}><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>\
              <td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}%</td>\
              <td>{}%</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-            l["concurrency"],
-            l["requests"],
-            fmt(num(&l["requests_per_second"]), 2),
-            fmt(num(&l["output_tokens_per_second"]), 1),
-            fmt(num(&l["input_tokens_per_second"]), 1),
-            fmt(num(&l["ttft_seconds"]["p50"]), 3),
-            fmt(num(&l["itl_seconds"]["p50"]).map(|v| v * 1000.0), 1) + " ms",
-            fmt(num(&l["e2e_seconds"]["p50"]), 2),
-            fmt(num(&l["e2e_seconds"]["p90"]), 2),
-            fmt(num(&l["e2e_seconds"]["p99"]), 2),
-            fmt(num(&l["output_tokens"]["p50"]), 0),
-            fmt(num(&l["output_tokens"]["p99"]), 0),
-            fmt(num(&l["length_finish_share"]).map(|v| v * 100.0), 1),
-            fmt(num(&l["error_rate"]).map(|v| v * 100.0), 1),
-            fmt(num(&l["bytes_per_record"]), 0),
-            server_figures(&l["server"]),
-            escape(l["limited_by"].as_str().unwrap_or("-")),
+            l.concurrency,
+            l.requests,
+            fmt(Some(l.requests_per_second), 2),
+            fmt(Some(l.output_tokens_per_second), 1),
+            fmt(Some(l.input_tokens_per_second), 1),
+            fmt(l.ttft_seconds.map(|s| s.p50), 3),
+            fmt(l.itl_seconds.map(|s| s.p50 * 1000.0), 1) + " ms",
+            fmt(l.e2e_seconds.map(|s| s.p50), 2),
+            fmt(l.e2e_seconds.map(|s| s.p90), 2),
+            fmt(l.e2e_seconds.map(|s| s.p99), 2),
+            fmt(l.output_tokens.map(|s| s.p50), 0),
+            fmt(l.output_tokens.map(|s| s.p99), 0),
+            fmt(Some(l.length_finish_share * 100.0), 1),
+            fmt(Some(l.error_rate * 100.0), 1),
+            fmt(Some(l.bytes_per_record), 0),
+            server_figures(l.server.as_ref()),
+            escape(l.limited_by.as_deref().unwrap_or("-")),
         ));
     }
     out.push_str("</table></div>");
-    if let Some(why) = result["sweep_stopped"].as_str() {
+    if let Some(why) = &result.sweep_stopped {
         out.push_str(&format!("<p>The sweep stopped: {}.</p>", escape(why)));
     }
     out.push_str("</body></html>\n");
@@ -390,41 +352,68 @@ pub fn write(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use serde_json::{json, Value};
+
+    /// A result with every required field, `over` laid on top.
+    fn result(over: Value) -> FeasibilityResult {
+        let mut base = json!({
+            "records": 500, "usable_prompts": 500, "prompts": "p.jsonl", "model": "m",
+            "endpoints": ["http://e"], "sample": {"size": 100, "seed": 1},
+            "warmup": {"requests_per_endpoint": 2, "max_tokens": 8}, "levels": [],
+            "sweep_stopped": null, "drift_after_seconds": 180.0,
+            "calibrate_after_seconds": 120.0, "verdict": "go", "reasons": [],
+        });
+        for (k, v) in over.as_object().unwrap() {
+            base[k] = v.clone();
+        }
+        serde_json::from_value(base).unwrap()
+    }
+
+    fn level(c: usize, tps: f64, p99: f64) -> Value {
+        json!({"concurrency": c, "requests": 10, "requests_per_second": 1.0,
+            "output_tokens_per_second": tps, "input_tokens_per_second": 1.0,
+            "observed_requests_per_second": 1.0, "observed_output_tokens_per_second": tps,
+            "error_rate": 0.0, "error_classes": {},
+            "e2e_seconds": {"p50": p99 / 2.0, "p90": p99, "p99": p99, "mean": p99 / 2.0},
+            "ttft_seconds": null, "itl_seconds": null, "output_tokens": null,
+            "length_finish_share": 0.0, "reasoning_tokens_mean": null, "bytes_per_record": 100.0})
+    }
 
     #[test]
     fn the_report_escapes_what_it_shows_and_marks_the_choice() {
-        let result = json!({
+        let r = result(json!({
             "verdict": "no-go", "model": "<b>m</b>", "reasons": ["over <budget>"],
             "choice": {"concurrency": 4, "why": "knee"},
-            "levels": [
-                {"concurrency": 1, "output_tokens_per_second": 10.0, "e2e_seconds": {"p99": 1.0}},
-                {"concurrency": 4, "output_tokens_per_second": 38.0, "e2e_seconds": {"p99": 1.2}},
-            ],
-        });
-        let page = html(&result);
+            "levels": [level(1, 10.0, 1.0), level(4, 38.0, 1.2)],
+        }));
+        let page = html(&r);
         assert!(page.contains("&lt;b&gt;m&lt;/b&gt;") && !page.contains("<b>m</b>"));
         assert!(page.contains("over &lt;budget&gt;"));
         assert!(page.contains("class=\"chosen\""));
         assert_eq!(page.matches("<svg").count(), 2);
-        assert_eq!(page, html(&result), "the same result, the same bytes");
+        assert_eq!(page, html(&r), "the same result, the same bytes");
+    }
+
+    fn projection() -> Value {
+        let e = |v: f64, lo: f64, hi: f64| json!({"value": v, "low": lo, "high": hi});
+        json!({
+            "records": 500, "concurrency": 8,
+            "hours": e(2.0 / 60.0, 1.7 / 60.0, 2.3 / 60.0),
+            "records_per_second": e(4.0, 3.5, 4.5),
+            "output_tokens": e(1e5, 9e4, 1.1e5), "input_tokens": e(1e4, 9e3, 1.1e4),
+            "bytes": e(2.5e6, 2.0e6, 3.0e6), "cost": null, "assumptions": [],
+        })
     }
 
     #[test]
     fn figures_read_in_units_a_person_uses() {
         // A two-minute run reads as minutes and megabytes, not 0.0 h and
         // 0.000 GB; the server's figures and what limited a level show.
-        let result = json!({
-            "verdict": "go",
-            "projection": {
-                "records": 500, "concurrency": 8,
-                "hours": {"value": 2.0 / 60.0, "low": 1.7 / 60.0, "high": 2.3 / 60.0},
-                "bytes": {"value": 2.5e6, "low": 2.0e6, "high": 3.0e6},
-            },
-            "levels": [{"concurrency": 8, "server": {"samples": 5, "running": 7.9, "waiting": 3.0,
-                        "max_kv_cache_usage": 0.42}, "limited_by": "requests <queued>"}],
-        });
-        let page = html(&result);
+        let mut l = level(8, 100.0, 2.0);
+        l["server"] = json!({"samples": 5, "running": 7.9, "waiting": 3.0,
+                             "max_kv_cache_usage": 0.42});
+        l["limited_by"] = json!("requests <queued>");
+        let page = html(&result(json!({"projection": projection(), "levels": [l]})));
         assert!(page.contains("2m00s (1m42s–2m18s, 95%)"), "{page}");
         assert!(page.contains("2.5 MB (2.0 MB–3.0 MB, 95%)"), "{page}");
         assert!(page.contains("7.9 / 3.0 / 42%"), "{page}");
@@ -434,21 +423,33 @@ mod tests {
 
     #[test]
     fn a_run_held_to_the_projection_is_shown_against_its_band() {
-        let result = json!({"verdict": "go", "projection": {"records": 300, "concurrency": 8,
-            "hours": {"value": 0.08, "low": 0.07, "high": 0.09}}});
-        let outcome = json!({"feasibility": "t2", "projected_hours": {"value": 0.08,
-            "low": 0.07, "high": 0.09}, "actual_hours": 0.075, "held_for_remeasures_hours": 0.0,
-            "inside_interval": true, "error": -0.0625});
-        let page = html_with_runs(&result, &[("t3", &outcome)]);
+        let r = result(json!({"projection": projection()}));
+        let band = Estimate {
+            value: 0.08,
+            low: 0.07,
+            high: 0.09,
+        };
+        let outcome = HeldOutcome {
+            feasibility: "t2".into(),
+            projected_hours: band,
+            actual_hours: 0.075,
+            held_for_remeasures_hours: 0.0,
+            inside_interval: true,
+            error: -0.0625,
+        };
+        let page = html_with_runs(&r, &[("t3", &outcome)]);
         assert!(
             page.contains("Generation t3 took <b>4m30s</b> against 4m48s projected (4m12s–5m24s, 95%): 6.2 % faster than projected, <b>inside</b> the band."),
             "{page}"
         );
         assert!(page.contains("class=\"band\""));
         // A run that took longer than the band, with a hold left out.
-        let slow = json!({"projected_hours": {"value": 0.08, "low": 0.07, "high": 0.09},
-            "actual_hours": 0.2, "held_for_remeasures_hours": 0.1});
-        let page = html_with_runs(&result, &[("<t9>", &slow)]);
+        let slow = HeldOutcome {
+            actual_hours: 0.2,
+            held_for_remeasures_hours: 0.1,
+            ..outcome
+        };
+        let page = html_with_runs(&r, &[("<t9>", &slow)]);
         assert!(
             page.contains(
                 "Generation &lt;t9&gt; took <b>6m00s</b> (and 6m00s held for re-measurements)"
@@ -459,6 +460,6 @@ mod tests {
             page.contains("25.0 % slower than projected, <b>outside</b> the band"),
             "{page}"
         );
-        assert!(!html(&result).contains("How the generation went"));
+        assert!(!html(&r).contains("How the generation went"));
     }
 }

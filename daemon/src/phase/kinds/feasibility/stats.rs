@@ -50,14 +50,7 @@ pub struct Level {
     pub server: Option<crate::telemetry::server_metrics::Summary>,
 }
 
-/// Percentiles of a set of values.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct Spread {
-    pub p50: f64,
-    pub p90: f64,
-    pub p99: f64,
-    pub mean: f64,
-}
+pub use todod_proto::results::Spread;
 
 pub fn quantile(sorted: &[f64], q: f64) -> f64 {
     if sorted.is_empty() {
@@ -83,41 +76,7 @@ pub fn spread(values: impl IntoIterator<Item = f64>) -> Option<Spread> {
 }
 
 /// The figures of a level a report shows.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Figures {
-    pub concurrency: usize,
-    pub requests: u64,
-    /// Sustained rates, by Little's law: `c` requests in flight that take
-    /// `mean(latency)` each complete `c / mean(latency)` a second. Unlike a
-    /// count of completions in the window, this is not quantized by the
-    /// window's edges, so levels compare without that noise.
-    pub requests_per_second: f64,
-    pub output_tokens_per_second: f64,
-    pub input_tokens_per_second: f64,
-    /// What the window saw: completions of requests started in it, over its
-    /// length (includes the client's own time between requests).
-    pub observed_requests_per_second: f64,
-    pub observed_output_tokens_per_second: f64,
-    pub error_rate: f64,
-    pub error_classes: std::collections::BTreeMap<String, u64>,
-    pub e2e_seconds: Option<Spread>,
-    pub ttft_seconds: Option<Spread>,
-    /// Inter-token latency (time per output token after the first).
-    pub itl_seconds: Option<Spread>,
-    pub output_tokens: Option<Spread>,
-    pub length_finish_share: f64,
-    pub reasoning_tokens_mean: Option<f64>,
-    pub bytes_per_record: f64,
-    /// The standard error of `output_tokens_per_second`, from how it varied
-    /// between the level's windows (absent with a single window).
-    #[serde(default)]
-    pub output_tokens_per_second_se: Option<f64>,
-    /// The server's own figures over the level, and what they say limited it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub server: Option<crate::telemetry::server_metrics::Summary>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub limited_by: Option<String>,
-}
+pub use todod_proto::results::LevelFigures as Figures;
 
 /// The most windows a level is split into, and the fewest answers each.
 /// Few and long: adjacent short windows move together (a server's swings
@@ -224,7 +183,7 @@ impl Level {
             limited_by: self
                 .server
                 .as_ref()
-                .and_then(|s| s.limit(self.concurrency as u32)),
+                .and_then(|s| crate::telemetry::server_metrics::limit(s, self.concurrency as u32)),
         }
     }
 }

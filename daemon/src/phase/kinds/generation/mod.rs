@@ -7,6 +7,8 @@
 //! line, so that a retry of the task (after its run ended) makes a new pass
 //! that sends exactly those again: the failures file of the finished pass is
 //! kept as `<failures>.pass-N.jsonl` and is that pass's input.
+pub mod held;
+pub mod kind;
 mod legacy;
 pub mod prompts;
 pub mod spec;
@@ -23,10 +25,11 @@ use crate::inference::{Api, Backoff, Failed, InferenceClient, Limits, Outcome};
 use crate::phase::cursor::Line;
 use crate::phase::files::{Entry, Existing, FileState};
 use crate::phase::gate::Gate;
-use crate::phase::kinds::feasibility::vouch::{self, Vouch, Watch};
 use crate::phase::record_pipeline::{self, Files, PassEnd, PassPlan, Processor, RecordPhase};
 use crate::phase::state::{InputState, PassCounts, PhaseState};
 use crate::phase::{Ended, RunContext};
+use crate::proto::results::GenerationResult;
+use held::{Vouch, Watch};
 pub use spec::GenerationSpec;
 
 const OUTPUT: usize = 0;
@@ -89,6 +92,9 @@ struct Generation {
     gate: Arc<Gate>,
     /// How long re-measurements held earlier runs of the task.
     held_before_ms: i64,
+    /// The feasibility's word the run is held to, if any: a
+    /// re-measurement's projection replaces its projection.
+    vouch: Option<Vouch>,
     started: std::time::Instant,
     /// The endpoints' own `/metrics`, read while the run goes.
     server: crate::inference::server_watch::ServerWatch,
@@ -275,7 +281,13 @@ impl RecordPhase for Generation {
             check.holds_seen = holds;
             // The rate before a hold and after it is not one window; after a
             // re-measurement the run is held against what it found.
-            let fresh = self.gate.take_rebase();
+            let fresh = self.gate.take_rebase().and_then(|projection| {
+                Some(Vouch {
+                    concurrency: self.gate.concurrency(),
+                    projection,
+                    ..self.vouch.clone()?
+                })
+            });
             let calibration = check.watch.as_ref().and_then(|w| w.calibration().cloned());
             check.watch = fresh
                 .or_else(|| check.watch.as_ref().map(|w| w.vouch().clone()))
@@ -384,50 +396,36 @@ async fn count_holds(run: &RunContext, held: &mut Option<Held>) {
 }
 
 /// The result a completed (or failed) generation reports.
-fn result(spec: &GenerationSpec, stats: &Stats, state: &PhaseState, held: Option<&Held>) -> String {
-    let mut result = json!({
-        "records": stats.records, "failed": stats.failed, "rejected": stats.rejected,
-        "length_finishes": stats.length_finishes,
-        "tool_call_finishes": stats.tool_call_finishes, "tool_calls": stats.tool_calls,
-        "tokens": stats.tokens,
-        "prompt_tokens": stats.prompt_tokens, "passes": state.pass + 1,
-        "output": spec.output, "failures": spec.failures, "rejects": spec.rejects,
-    });
-    if stats.failed > 0 {
-        result["failures_by_class"] = json!(stats.failures_by_class);
-    }
-    if let Some(held) = held {
-        let hours = (crate::store::now_ms() - held.started_at_ms).max(0) as f64 / 3.6e6;
-        let remeasured = held.remeasured_ms.max(0) as f64 / 3.6e6;
-        result["projection"] = vouch::outcome(&held.vouch, hours, remeasured);
-    }
-    result.to_string()
-}
-
-/// The verdict on a finished pass; a completed run held to a projection
-/// also has its feasibility's report written again with how it went (a
-/// report that cannot be written is logged, never the run's failure).
-async fn ended(
-    run: &RunContext,
+fn result(
     spec: &GenerationSpec,
-    state: PhaseState,
+    stats: &Stats,
+    state: &PhaseState,
     held: Option<&Held>,
-) -> Ended {
-    let ended = verdict(spec, state, held);
-    if let (Some(held), Ended::Completed { result, .. }) = (held, &ended) {
-        let result: serde_json::Value = serde_json::from_str(result).unwrap_or_default();
-        if let Err(error) = vouch::report_outcome(
-            &run.store,
-            run.fs.as_ref(),
-            held.vouch.task,
-            (run.task, &result),
-        )
-        .await
-        {
-            tracing::warn!(task = %run.task, %error, "the feasibility report could not be written again");
-        }
+) -> GenerationResult {
+    GenerationResult {
+        records: stats.records,
+        failed: stats.failed,
+        rejected: stats.rejected,
+        length_finishes: stats.length_finishes,
+        tool_call_finishes: stats.tool_call_finishes,
+        tool_calls: stats.tool_calls,
+        tokens: stats.tokens,
+        prompt_tokens: stats.prompt_tokens,
+        passes: state.pass + 1,
+        output: spec.output.display().to_string(),
+        failures: spec.failures.display().to_string(),
+        rejects: spec.rejects.display().to_string(),
+        failures_by_class: if stats.failed > 0 {
+            stats.failures_by_class.clone()
+        } else {
+            Default::default()
+        },
+        projection: held.map(|h| {
+            let hours = (crate::store::now_ms() - h.started_at_ms).max(0) as f64 / 3.6e6;
+            let remeasured = h.remeasured_ms.max(0) as f64 / 3.6e6;
+            self::held::outcome(&h.vouch, hours, remeasured)
+        }),
     }
-    ended
 }
 
 /// The verdict on a finished pass: completed, or failed when too many
@@ -471,7 +469,7 @@ fn verdict(spec: &GenerationSpec, mut state: PhaseState, held: Option<&Held>) ->
             state: Some(state),
         },
         None => Ended::Completed {
-            result: result(spec, &stats, &state, held),
+            result: serde_json::to_string(&result(spec, &stats, &state, held)).unwrap_or_default(),
             state: Some(state),
         },
     }
@@ -583,17 +581,9 @@ async fn resumed_watch(run: &RunContext, held: &Held, concurrency: usize) -> Opt
     Some(Watch::new(vouch).calibrated(calibration))
 }
 
-/// Runs (or resumes) a generation until its pass is complete, it fails, or it
-/// is told to stop.
-pub async fn run(run: RunContext, spec: GenerationSpec) -> Ended {
-    match run_inner(&run, spec).await {
-        Ok(ended) => ended,
-        Err(error) => Ended::broke_off(error),
-    }
-}
-
+/// Runs (or resumes) one attempt; `Err` breaks it off (see `kind.rs`).
 async fn run_inner(run: &RunContext, spec: GenerationSpec) -> Result<Ended, String> {
-    let vouched = vouch::of(&run.store, run.task).await?;
+    let vouched = held::of(&run.store, run.task).await?;
     let concurrency = match (spec.concurrency, &vouched) {
         (Some(c), _) => c,
         (None, Some(v)) => v.concurrency,
@@ -631,7 +621,7 @@ async fn run_inner(run: &RunContext, spec: GenerationSpec) -> Result<Ended, Stri
             // Nothing left to send: the verdict stands (its limits may have
             // changed since, so it is given again).
             count_holds(run, &mut held).await;
-            return Ok(ended(run, &spec, state, held.as_ref()).await);
+            return Ok(verdict(&spec, state, held.as_ref()));
         }
         match begin_retry(run, &spec, state).await? {
             Some(next) => state = next,
@@ -640,7 +630,7 @@ async fn run_inner(run: &RunContext, spec: GenerationSpec) -> Result<Ended, Stri
     }
     if state.complete {
         count_holds(run, &mut held).await;
-        return Ok(ended(run, &spec, state, held.as_ref()).await);
+        return Ok(verdict(&spec, state, held.as_ref()));
     }
     let setup: Setup = serde_json::from_value(state.setup.clone()).unwrap_or_default();
     let input = match &setup.retry_input {
@@ -671,6 +661,7 @@ async fn run_inner(run: &RunContext, spec: GenerationSpec) -> Result<Ended, Stri
         }),
         gate: gate.clone(),
         held_before_ms: held.as_ref().map_or(0, |h| h.remeasured_ms),
+        vouch: held.as_ref().map(|h| h.vouch.clone()),
         started: std::time::Instant::now(),
         server: crate::inference::server_watch::ServerWatch::start(
             &spec.endpoints,
@@ -715,7 +706,7 @@ async fn run_inner(run: &RunContext, spec: GenerationSpec) -> Result<Ended, Stri
         PassEnd::Complete(state, _) => {
             drop(registration);
             count_holds(run, &mut held).await;
-            Ok(ended(run, &spec, *state, held.as_ref()).await)
+            Ok(verdict(&spec, *state, held.as_ref()))
         }
         PassEnd::Stopped => Ok(Ended::Stopped),
     }

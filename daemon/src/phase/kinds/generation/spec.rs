@@ -181,7 +181,10 @@ impl GenerationSpec {
         }
         value["endpoints"] = spec.endpoints.iter().cloned().map(Value::String).collect();
         Ok(Checked {
-            requires: spec.concurrency.is_none().then_some(Kind::Feasibility),
+            requires: spec
+                .concurrency
+                .is_none()
+                .then_some(Kind::named("feasibility")),
             json: value.to_string(),
             claims,
             spec,

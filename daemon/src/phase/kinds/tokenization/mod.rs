@@ -11,6 +11,7 @@
 //! record and committed in batches; the index, the Parquet file and the
 //! manifest are built from it once the pass is complete, staged and
 //! published, so an interrupted finish is simply done again.
+pub mod kind;
 pub mod megatron;
 mod parquet;
 pub mod records;
@@ -29,6 +30,7 @@ use crate::phase::files::{self, Fs, SeqReader};
 use crate::phase::record_pipeline::{self, Files, RecordPhase};
 use crate::phase::state::{InputState, PassCounts, PhaseState};
 use crate::phase::{cpu_pass, Ended, RunContext};
+use crate::proto::results::TokenizationResult;
 use megatron::Dtype;
 use records::{Outcome, Record, Tokenizing};
 pub use spec::TokenizationSpec;
@@ -349,34 +351,33 @@ fn verdict(spec: &TokenizationSpec, mut state: PhaseState, manifest: Option<Valu
             state: Some(state),
         };
     }
-    let mut result = json!({
-        "records": stats.records, "tokens": stats.tokens,
-        "trained_tokens": stats.trained_tokens, "masked_tokens": stats.tokens - stats.trained_tokens,
-        "dropped": stats.dropped, "rejected": stats.rejected,
-        "straddling_tokens": stats.straddling, "max_length": stats.max_length,
-        "length_histogram": stats.histogram.iter().map(|(k, n)| json!([k, n])).collect::<Vec<_>>(),
-        "bin": paths.bin, "idx": paths.idx, "manifest": paths.manifest, "rejects": paths.rejects,
-    });
-    if spec.formats.contains(&spec::Format::Parquet) {
-        result["parquet"] = json!(paths.parquet);
-    }
-    if let Some(manifest) = manifest {
-        result["tokenizer"] = manifest["tokenizer"]["identity"].clone();
-    }
+    let result = TokenizationResult {
+        records: stats.records,
+        tokens: stats.tokens,
+        trained_tokens: stats.trained_tokens,
+        masked_tokens: stats.tokens - stats.trained_tokens,
+        dropped: stats.dropped.clone(),
+        rejected: stats.rejected,
+        straddling_tokens: stats.straddling,
+        max_length: stats.max_length,
+        length_histogram: stats.histogram.iter().map(|(k, n)| (*k, *n)).collect(),
+        bin: paths.bin.display().to_string(),
+        idx: paths.idx.display().to_string(),
+        manifest: paths.manifest.display().to_string(),
+        rejects: paths.rejects.display().to_string(),
+        parquet: spec
+            .formats
+            .contains(&spec::Format::Parquet)
+            .then(|| paths.parquet.display().to_string()),
+        tokenizer: manifest.map(|m| m["tokenizer"]["identity"].clone()),
+    };
     Ended::Completed {
-        result: result.to_string(),
+        result: serde_json::to_string(&result).unwrap_or_default(),
         state: Some(state),
     }
 }
 
-/// Runs (or resumes) a tokenization.
-pub async fn run(run: RunContext, spec: TokenizationSpec) -> Ended {
-    match run_inner(&run, spec).await {
-        Ok(ended) => ended,
-        Err(error) => Ended::broke_off(error),
-    }
-}
-
+/// Runs (or resumes) one attempt; `Err` breaks it off (see `kind.rs`).
 async fn run_inner(run: &RunContext, spec: TokenizationSpec) -> Result<Ended, String> {
     let mut state = PhaseState::load(&run.store, run.task)
         .await?

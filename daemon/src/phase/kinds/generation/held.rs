@@ -1,4 +1,5 @@
-//! What a completed feasibility task tells the generation it vouches for:
+//! What a completed feasibility task tells the generation it vouches for,
+//! read from its typed result:
 //! the level it chose, and the projection the running generation is held
 //! against. [`Watch`] is that check, plain logic over the progress the run
 //! reports: the rate over a trailing window and the mean output length,
@@ -8,8 +9,10 @@ use std::collections::VecDeque;
 
 use serde_json::{json, Value};
 
-use super::projection::{Estimate, Projection};
 use crate::domain::{Kind, Status, TaskId};
+use crate::proto::results::{
+    self, Estimate, FeasibilityResult, HeldOutcome, Projection, Remeasured,
+};
 use crate::store::Store;
 
 /// A completed feasibility dependency's word on a generation.
@@ -27,13 +30,14 @@ pub struct Vouch {
 
 impl Vouch {
     fn from_result(task: TaskId, result: &str) -> Option<Vouch> {
-        let value: Value = serde_json::from_str(result).ok()?;
+        let result: FeasibilityResult = results::parse(result)?;
+        let (concurrency, projection) = result.chosen()?;
         Some(Vouch {
             task,
-            concurrency: value["choice"]["concurrency"].as_u64()? as usize,
-            projection: serde_json::from_value(value["projection"].clone()).ok()?,
-            drift_after_seconds: value["drift_after_seconds"].as_f64().unwrap_or(180.0),
-            calibrate_after_seconds: value["calibrate_after_seconds"].as_f64().unwrap_or(120.0),
+            concurrency,
+            projection: projection.clone(),
+            drift_after_seconds: result.drift_after_seconds,
+            calibrate_after_seconds: result.calibrate_after_seconds,
         })
     }
 
@@ -41,13 +45,13 @@ impl Vouch {
     /// run at `concurrency`: its outcome as recorded in the firing's event
     /// (`None` if it found no projection, or measured another level).
     pub fn rebased(&self, outcome: &str, concurrency: usize) -> Option<Vouch> {
-        let value: Value = serde_json::from_str(outcome).ok()?;
-        if value["concurrency"].as_u64()? as usize != concurrency {
+        let found: Remeasured = results::parse(outcome)?;
+        if found.concurrency != concurrency {
             return None;
         }
         Some(Vouch {
             concurrency,
-            projection: serde_json::from_value(value["projection"].clone()).ok()?,
+            projection: found.projection?,
             ..self.clone()
         })
     }
@@ -66,7 +70,7 @@ pub async fn of(store: &Store, task: TaskId) -> Result<Option<Vouch>, String> {
             .get_task(dep)
             .await
             .map_err(|e| format!("cannot read dependency {dep}: {e}"))?;
-        if t.kind != Kind::Feasibility || t.status != Status::Completed {
+        if t.kind != Kind::named("feasibility") || t.status != Status::Completed {
             continue;
         }
         let Some(vouch) = t
@@ -82,89 +86,6 @@ pub async fn of(store: &Store, task: TaskId) -> Result<Option<Vouch>, String> {
         }
     }
     Ok(best.map(|(_, v)| v))
-}
-
-/// The outcomes (`result.projection`, see [`outcome`]) of the completed
-/// generations held to feasibility `task`, by task id.
-async fn held_runs(store: &Store, task: TaskId) -> Result<Vec<(String, Value)>, String> {
-    let mut runs = Vec::new();
-    let dependents = store
-        .dependents(task)
-        .await
-        .map_err(|e| format!("cannot read the tasks after {task}: {e}"))?;
-    for t in dependents {
-        if t.kind != Kind::Generation || t.status != Status::Completed {
-            continue;
-        }
-        let result: Value = t
-            .result
-            .as_deref()
-            .and_then(|r| serde_json::from_str(r).ok())
-            .unwrap_or_default();
-        if result["projection"]["feasibility"] == task.to_string() {
-            runs.push((t.id.to_string(), result["projection"].clone()));
-        }
-    }
-    Ok(runs)
-}
-
-/// Writes feasibility `task`'s report again with how its generations went:
-/// the completed ones and `ending` (a generation whose completion is being
-/// committed, with its result), each actual time against the band.
-pub async fn report_outcome(
-    store: &Store,
-    fs: &dyn crate::phase::files::Fs,
-    task: TaskId,
-    ending: (TaskId, &Value),
-) -> Result<(), String> {
-    let t = store
-        .get_task(task)
-        .await
-        .map_err(|e| format!("cannot read {task}: {e}"))?;
-    let spec: Value = t
-        .spec
-        .as_deref()
-        .and_then(|s| serde_json::from_str(s).ok())
-        .unwrap_or_default();
-    let (Some(path), Some(result)) = (
-        spec["report"].as_str(),
-        t.result
-            .as_deref()
-            .and_then(|r| serde_json::from_str::<Value>(r).ok()),
-    ) else {
-        return Ok(());
-    };
-    let mut runs = held_runs(store, task).await?;
-    runs.retain(|(id, _)| *id != ending.0.to_string());
-    runs.push((ending.0.to_string(), ending.1["projection"].clone()));
-    let runs: Vec<super::report::Outcome> = runs.iter().map(|(id, o)| (id.as_str(), o)).collect();
-    let html = super::report::html_with_runs(&result, &runs);
-    super::report::write(
-        fs,
-        "report",
-        std::path::Path::new(path),
-        html.as_bytes(),
-        true,
-    )
-}
-
-/// Feasibility `task`'s report as it stands: rendered from its result and
-/// its generations' outcomes (the same bytes as the file, once written).
-pub async fn report_now(store: &Store, task: TaskId) -> Result<Option<String>, String> {
-    let t = store
-        .get_task(task)
-        .await
-        .map_err(|e| format!("cannot read {task}: {e}"))?;
-    let Some(result) = t
-        .result
-        .as_deref()
-        .and_then(|r| serde_json::from_str::<Value>(r).ok())
-    else {
-        return Ok(None);
-    };
-    let runs = held_runs(store, task).await?;
-    let runs: Vec<super::report::Outcome> = runs.iter().map(|(id, o)| (id.as_str(), o)).collect();
-    Ok(Some(super::report::html_with_runs(&result, &runs)))
 }
 
 /// Tolerance around a projected interval before a figure counts as outside:
@@ -388,17 +309,21 @@ impl Watch {
 /// The projected against the actual wall time, for the generation's result.
 /// The hours re-measurements held the run are the run's wall time but not
 /// what was projected: the comparison leaves them out, and says so.
-pub fn outcome(vouch: &Vouch, actual_hours: f64, remeasured_hours: f64) -> Value {
-    let h = &vouch.projection.hours;
+pub fn outcome(vouch: &Vouch, actual_hours: f64, remeasured_hours: f64) -> HeldOutcome {
+    let h = vouch.projection.hours;
     let compared = (actual_hours - remeasured_hours).max(0.0);
-    json!({
-        "feasibility": vouch.task.to_string(),
-        "projected_hours": h,
-        "actual_hours": actual_hours,
-        "held_for_remeasures_hours": remeasured_hours,
-        "inside_interval": compared >= h.low && compared <= h.high,
-        "error": if h.value > 0.0 { compared / h.value - 1.0 } else { 0.0 },
-    })
+    HeldOutcome {
+        feasibility: vouch.task.to_string(),
+        projected_hours: h,
+        actual_hours,
+        held_for_remeasures_hours: remeasured_hours,
+        inside_interval: h.contains(compared),
+        error: if h.value > 0.0 {
+            compared / h.value - 1.0
+        } else {
+            0.0
+        },
+    }
 }
 
 #[cfg(test)]
@@ -523,12 +448,33 @@ mod tests {
         let v = vouch(10.0);
         let mut found = vouch(5.0).projection;
         found.records = 400;
-        let outcome = json!({"concurrency": 4, "projection": found}).to_string();
-        let rebased = v.rebased(&outcome, 4).expect("same level");
+        let at = |concurrency: usize| {
+            let compared = results::Compared::new(1.0, None);
+            // As the firing's event keeps it, with the firing's own keys.
+            let mut value = serde_json::to_value(Remeasured {
+                feasibility: "t1".into(),
+                concurrency,
+                held_seconds: 1.0,
+                drain_seconds: 0.5,
+                requests: 40,
+                error_rate: 0.0,
+                output_tokens_per_second: compared,
+                requests_per_second: compared,
+                p99_seconds: None,
+                left: 400,
+                projection: Some(found.clone()),
+                message: None,
+                notes: vec![],
+            })
+            .unwrap();
+            value["next"] = json!("2026-12-03T10:00:00.000Z");
+            value.to_string()
+        };
+        let rebased = v.rebased(&at(4), 4).expect("same level");
         assert_eq!(rebased.projection.records_per_second.value, 5.0);
         assert_eq!(rebased.task, v.task);
         // A run at its own level, re-measured there.
-        let other = json!({"concurrency": 8, "projection": found}).to_string();
+        let other = at(8);
         assert!(v.rebased(&other, 4).is_none());
         assert_eq!(v.rebased(&other, 8).unwrap().concurrency, 8);
         assert!(v

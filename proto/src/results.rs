@@ -1,0 +1,397 @@
+//! What each phase kind's task says when it ends: the types of its
+//! `result_json`, shared by the daemon that writes them and every client
+//! that reads them (`todoctl status` and `show`, the MCP tools, the status
+//! page, the daemon's own readers: the generation held to a feasibility's
+//! projection, the feasibility report). A field renamed here is renamed for
+//! all of them, or the build breaks.
+//!
+//! The JSON is the same as before these types existed: results stored by
+//! earlier versions read back (fields added since have defaults).
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// Reads a task's `result_json` as `T`; `None` when it is empty or not one.
+pub fn parse<T: for<'de> Deserialize<'de>>(result_json: &str) -> Option<T> {
+    if result_json.trim().is_empty() {
+        return None;
+    }
+    serde_json::from_str(result_json).ok()
+}
+
+/// A value with its 95 % interval.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Estimate {
+    pub value: f64,
+    pub low: f64,
+    pub high: f64,
+}
+
+impl Estimate {
+    pub fn contains(&self, x: f64) -> bool {
+        x >= self.low && x <= self.high
+    }
+}
+
+/// What a whole run of `records` is projected to take.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Projection {
+    pub records: u64,
+    pub concurrency: usize,
+    pub hours: Estimate,
+    pub records_per_second: Estimate,
+    pub output_tokens: Estimate,
+    pub input_tokens: Estimate,
+    pub bytes: Estimate,
+    pub cost: Option<Estimate>,
+    /// How the interval was made (absent in projections of older versions).
+    #[serde(default)]
+    pub interval: Option<String>,
+    pub assumptions: Vec<String>,
+}
+
+/// Percentiles of a set of values.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Spread {
+    pub p50: f64,
+    pub p90: f64,
+    pub p99: f64,
+    pub mean: f64,
+}
+
+/// An inference server's own figures over a stretch of time (a feasibility
+/// level): means, and the highest KV-cache use.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ServerSummary {
+    pub samples: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub running: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_kv_cache_usage: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generation_tokens_per_second: Option<f64>,
+}
+
+/// The figures of one measured level of a feasibility sweep.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LevelFigures {
+    pub concurrency: usize,
+    pub requests: u64,
+    /// Sustained rates, by Little's law: `c` requests in flight that take
+    /// `mean(latency)` each complete `c / mean(latency)` a second. Unlike a
+    /// count of completions in the window, this is not quantized by the
+    /// window's edges, so levels compare without that noise.
+    pub requests_per_second: f64,
+    pub output_tokens_per_second: f64,
+    pub input_tokens_per_second: f64,
+    /// What the window saw: completions of requests started in it, over its
+    /// length (includes the client's own time between requests).
+    pub observed_requests_per_second: f64,
+    pub observed_output_tokens_per_second: f64,
+    pub error_rate: f64,
+    pub error_classes: BTreeMap<String, u64>,
+    pub e2e_seconds: Option<Spread>,
+    pub ttft_seconds: Option<Spread>,
+    /// Inter-token latency (time per output token after the first).
+    pub itl_seconds: Option<Spread>,
+    pub output_tokens: Option<Spread>,
+    pub length_finish_share: f64,
+    pub reasoning_tokens_mean: Option<f64>,
+    pub bytes_per_record: f64,
+    /// The standard error of `output_tokens_per_second`, from how it varied
+    /// between the level's windows (absent with a single window).
+    #[serde(default)]
+    pub output_tokens_per_second_se: Option<f64>,
+    /// The server's own figures over the level, and what they say limited it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server: Option<ServerSummary>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limited_by: Option<String>,
+}
+
+/// The level a sweep chose, and why.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Choice {
+    pub concurrency: usize,
+    pub why: String,
+}
+
+/// The prompts a sweep asked.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SweepSample {
+    pub size: usize,
+    pub seed: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Warmup {
+    pub requests_per_endpoint: usize,
+    pub max_tokens: u64,
+    #[serde(default)]
+    pub notes: Vec<String>,
+}
+
+/// Which attempt of the task measured a level (a sweep resumed after a
+/// kill keeps the levels measured before it).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MeasuredBy {
+    pub concurrency: usize,
+    pub attempt: String,
+}
+
+/// What the sweep cost, against what it was allowed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SweepCost {
+    pub seconds: f64,
+    pub levels: usize,
+    /// The levels measured between the best and a neighbour.
+    #[serde(default)]
+    pub between: Vec<usize>,
+    pub projected_run_seconds: Option<f64>,
+    pub share_of_run: Option<f64>,
+    pub max_share: f64,
+    pub min_seconds: f64,
+    pub allowed_seconds: Option<f64>,
+    pub cut_short: Option<String>,
+}
+
+/// A feasibility task's result: the sweep, the choice, the projection and
+/// the verdict against the budget.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FeasibilityResult {
+    pub records: u64,
+    pub usable_prompts: u64,
+    pub prompts: String,
+    pub model: String,
+    pub endpoints: Vec<String>,
+    pub sample: SweepSample,
+    pub warmup: Warmup,
+    pub levels: Vec<LevelFigures>,
+    pub sweep_stopped: Option<String>,
+    #[serde(default)]
+    pub measured_by: Vec<MeasuredBy>,
+    pub drift_after_seconds: f64,
+    pub calibrate_after_seconds: f64,
+    /// The budget the verdict was made against, as the spec gave it.
+    #[serde(default)]
+    pub budget: Value,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub choice: Option<Choice>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub projection: Option<Projection>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sweep: Option<SweepCost>,
+    /// `go` or `no-go`.
+    pub verdict: String,
+    pub reasons: Vec<String>,
+}
+
+impl FeasibilityResult {
+    pub fn is_go(&self) -> bool {
+        self.verdict == "go"
+    }
+
+    /// The projection held to the level it was made at.
+    pub fn chosen(&self) -> Option<(usize, &Projection)> {
+        Some((self.choice.as_ref()?.concurrency, self.projection.as_ref()?))
+    }
+}
+
+/// How a generation held to a feasibility's projection went: its time
+/// against the projected band.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HeldOutcome {
+    /// The feasibility task (`t2`).
+    pub feasibility: String,
+    pub projected_hours: Estimate,
+    pub actual_hours: f64,
+    /// Time the run was held for re-measurements: not projected, so left
+    /// out of the comparison.
+    #[serde(default)]
+    pub held_for_remeasures_hours: f64,
+    pub inside_interval: bool,
+    /// `compared / projected - 1`.
+    pub error: f64,
+}
+
+impl HeldOutcome {
+    /// The hours compared with the band: the run's time less its holds.
+    pub fn compared_hours(&self) -> f64 {
+        (self.actual_hours - self.held_for_remeasures_hours).max(0.0)
+    }
+}
+
+/// A figure measured again, against the feasibility sweep's at the level.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Compared {
+    pub now: f64,
+    pub feasibility: Option<f64>,
+    pub ratio: Option<f64>,
+}
+
+impl Compared {
+    pub fn new(now: f64, feasibility: Option<f64>) -> Compared {
+        Compared {
+            now,
+            feasibility,
+            ratio: feasibility.filter(|b| *b > 0.0).map(|b| now / b),
+        }
+    }
+}
+
+/// What a re-measurement of a running generation found (the `remeasure`
+/// schedule action; the value of its `schedule_fired` event): the server
+/// alone at the run's level, and the projection of what the run has left.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Remeasured {
+    pub feasibility: String,
+    pub concurrency: usize,
+    pub held_seconds: f64,
+    pub drain_seconds: f64,
+    pub requests: u64,
+    pub error_rate: f64,
+    pub output_tokens_per_second: Compared,
+    pub requests_per_second: Compared,
+    pub p99_seconds: Option<f64>,
+    /// Records the run had left.
+    pub left: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub projection: Option<Projection>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    #[serde(default)]
+    pub notes: Vec<String>,
+}
+
+/// A generation task's result.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct GenerationResult {
+    pub records: u64,
+    pub failed: u64,
+    pub rejected: u64,
+    #[serde(default)]
+    pub length_finishes: u64,
+    #[serde(default)]
+    pub tool_call_finishes: u64,
+    #[serde(default)]
+    pub tool_calls: u64,
+    pub tokens: u64,
+    #[serde(default)]
+    pub prompt_tokens: u64,
+    pub passes: u32,
+    pub output: String,
+    pub failures: String,
+    pub rejects: String,
+    /// The failed prompts by how their last attempt failed (`client_error`, ...).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub failures_by_class: BTreeMap<String, u64>,
+    /// Against the feasibility projection it was held to, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub projection: Option<HeldOutcome>,
+}
+
+/// An adaptation's system prompts: kept, dropped, folded into the first
+/// user turn or replaced.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SystemCounts {
+    pub kept: u64,
+    pub dropped: u64,
+    pub folded: u64,
+    pub replaced: u64,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct TrailingCounts {
+    pub dropped: u64,
+    pub prefilled: u64,
+    pub kept: u64,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ToolCounts {
+    pub records_with_tools: u64,
+    pub tool_calls: u64,
+}
+
+/// Prompt lengths in the target's tokens.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct LengthQuantiles {
+    pub p50: Option<u64>,
+    pub p99: Option<u64>,
+    pub max: Option<u64>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct AdaptationSample {
+    pub count: u64,
+    pub seed: u64,
+    pub not_sampled: u64,
+}
+
+/// A prompt adaptation task's result.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct AdaptationResult {
+    pub records: u64,
+    pub rejected: u64,
+    /// Lines read, by input format.
+    pub formats: BTreeMap<String, u64>,
+    /// Messages written, by role.
+    pub roles: BTreeMap<String, u64>,
+    pub system_prompts: SystemCounts,
+    #[serde(default)]
+    pub trailing_assistant: TrailingCounts,
+    #[serde(default)]
+    pub tools: ToolCounts,
+    /// `null` when the target has no tokenizer.
+    pub prompt_tokens: Option<LengthQuantiles>,
+    pub template_sha256: Option<String>,
+    pub output: String,
+    pub rejects: String,
+    #[serde(default)]
+    pub sample: Option<AdaptationSample>,
+}
+
+/// A tokenization task's result.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct TokenizationResult {
+    pub records: u64,
+    pub tokens: u64,
+    pub trained_tokens: u64,
+    pub masked_tokens: u64,
+    /// Valid records left out by the spec's rules, by reason.
+    pub dropped: BTreeMap<String, u64>,
+    pub rejected: u64,
+    pub straddling_tokens: u64,
+    pub max_length: u64,
+    /// `[bucket, records]`: bucket k holds lengths in [2^k, 2^(k+1)).
+    pub length_histogram: Vec<(u32, u64)>,
+    pub bin: String,
+    pub idx: String,
+    pub manifest: String,
+    pub rejects: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parquet: Option<String>,
+    /// The tokenizer's identity, from the manifest.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokenizer: Option<Value>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_empty_or_foreign_result_is_none() {
+        assert!(parse::<GenerationResult>("").is_none());
+        assert!(parse::<GenerationResult>("{\"verdict\": \"go\"}").is_none());
+        let g: GenerationResult = parse(
+            r#"{"records": 3, "failed": 0, "rejected": 1, "tokens": 30, "passes": 1,
+                "output": "o", "failures": "f", "rejects": "r"}"#,
+        )
+        .unwrap();
+        assert_eq!((g.records, g.prompt_tokens, g.projection), (3, 0, None));
+    }
+}
