@@ -181,6 +181,11 @@ pub enum Command {
         #[arg(long, value_parser = humantime::parse_duration)]
         wait: Option<std::time::Duration>,
     },
+    /// The kinds a task may be: todo, and the phase kinds the daemon runs
+    ///
+    /// Each with what it does, its section in a plan file and the schedule
+    /// actions its tasks take.
+    Kinds,
     /// Print a one-time login URL for the daemon's status page
     ///
     /// The page shows the plans, their phases and a running phase's progress,
@@ -385,8 +390,8 @@ pub enum PlanCommand {
     },
     /// Create or update a plan's phase tasks from a pipeline file (TOML)
     ///
-    /// Adaptation, feasibility, generation and tokenization, chained, with
-    /// their files derived from the file's output_dir. Applying the same file
+    /// The daemon's phase steps the file names (`todoctl kinds` lists them),
+    /// chained, with their files derived from the file's output_dir. Applying the same file
     /// again changes nothing; a changed file updates the steps that have not
     /// started and is refused if it would change one that has.
     Apply {

@@ -282,3 +282,18 @@ mod tests {
         );
     }
 }
+
+/// The phase kinds the daemon runs, by name, as its `ListKinds` gives
+/// them: clients list phases by these, never by names of their own.
+pub async fn phase_kinds(client: &mut Client) -> Result<Vec<String>, tonic::Status> {
+    let kinds = client
+        .list_kinds(todod_proto::ListKindsRequest {})
+        .await?
+        .into_inner()
+        .kinds;
+    Ok(kinds
+        .into_iter()
+        .filter(|k| k.phase)
+        .map(|k| k.name)
+        .collect())
+}

@@ -1,17 +1,18 @@
 //! What a phase task's result says, for a person: a feasibility sweep as a
 //! table with a chart of tokens/s and p99 latency against concurrency, the
 //! projection and the verdict; a tokenization's counts and length histogram;
-//! an adaptation's or a generation's counts. Pure functions from the result
-//! JSON to lines; `None` when the result is not one of these.
+//! an adaptation's or a generation's counts. Pure functions from the typed
+//! results both ends share (`todod_proto::results`) to lines; a kind this
+//! version does not know reads as the daemon's own summary line of it.
 use std::fmt::Write as _;
 
 use serde_json::Value;
+use todod_proto::results::{
+    self, AdaptationResult, Estimate, FeasibilityResult, GenerationResult, TokenizationResult,
+};
+use todod_proto::units::{count, size};
 
 use crate::safe::escape;
-
-fn f(v: &Value) -> Option<f64> {
-    v.as_f64()
-}
 
 fn bar(value: f64, max: f64, width: usize) -> String {
     let n = if max > 0.0 {
@@ -23,28 +24,20 @@ fn bar(value: f64, max: f64, width: usize) -> String {
 }
 
 /// `v (low to high, 95%)`, each figure in `unit`'s own form.
-fn span(e: &Value, unit: fn(f64) -> String) -> String {
-    match (f(&e["value"]), f(&e["low"]), f(&e["high"])) {
-        (Some(v), Some(lo), Some(hi)) => {
-            format!("{} ({} to {}, 95%)", unit(v), unit(lo), unit(hi))
-        }
-        _ => "-".into(),
-    }
+fn span(e: &Estimate, unit: fn(f64) -> String) -> String {
+    format!(
+        "{} ({} to {}, 95%)",
+        unit(e.value),
+        unit(e.low),
+        unit(e.high)
+    )
 }
 
-use todod_proto::units::{count, size};
-
 /// A pipeline's phase tasks, one line each (and a second for a schedule):
-/// state, counts, rate, and for a generation with a feasibility projection,
-/// the projection against the live total.
+/// state, counts, rate, and for a generation held to a feasibility's
+/// projection, the projection against the live total.
 pub fn pipeline(tasks: &[todod_proto::Task]) -> String {
     let mut out = String::from("  phases:\n");
-    let projection = tasks
-        .iter()
-        .rev()
-        .filter(|t| t.kind == "feasibility" && t.status == "completed")
-        .find_map(|t| serde_json::from_str::<Value>(&t.result_json).ok())
-        .map(|r| r["projection"]["hours"].clone());
     for t in tasks {
         let mut parts: Vec<String> = Vec::new();
         let p = t.progress.as_ref();
@@ -58,81 +51,16 @@ pub fn pipeline(tasks: &[todod_proto::Task]) -> String {
                 parts.push(format!("waits for {}", t.blocked_by.join(", ")))
             }
             "failed" => parts.push(escape(t.error.lines().next().unwrap_or("")).into_owned()),
-            // A sweep's progress counts levels, not records.
-            _ if t.kind == "feasibility" => {}
+            // What the task's kind makes of its result.
+            _ if !t.summary.is_empty() => parts.push(escape(&t.summary).into_owned()),
             _ => {
                 if let Some(p) = p.filter(|p| p.done > 0 || p.failed > 0) {
-                    let mut s = format!("{} done", p.done);
-                    if p.failed > 0 {
-                        s.push_str(&format!(", {} failed", p.failed));
-                    }
-                    if p.rejected > 0 {
-                        s.push_str(&format!(", {} rejected", p.rejected));
-                    }
-                    // Left out by the spec's own rules: not failures.
-                    let detail: Value = serde_json::from_str(&p.detail_json).unwrap_or_default();
-                    for (key, what) in [
-                        ("dropped", "dropped by the spec"),
-                        ("not_sampled", "not in the sample"),
-                    ] {
-                        if let Some(n) = detail[key].as_u64().filter(|n| *n > 0) {
-                            s.push_str(&format!(", {n} {what}"));
-                        }
-                    }
-                    parts.push(s);
+                    parts.push(counts(p));
                 }
             }
         }
-        if t.kind == "feasibility" && t.status == "completed" {
-            if let Ok(r) = serde_json::from_str::<Value>(&t.result_json) {
-                let h = &r["projection"]["hours"];
-                if let (Some(v), Some(lo), Some(hi)) = (f(&h["value"]), f(&h["low"]), f(&h["high"]))
-                {
-                    parts.push(format!(
-                        "go: {} ({} to {}) at concurrency {}",
-                        hours(v),
-                        hours(lo),
-                        hours(hi),
-                        r["choice"]["concurrency"]
-                    ));
-                }
-            }
-        }
-        if t.kind == "generation" && t.status == "in_progress" {
-            let detail: Value = p
-                .and_then(|p| serde_json::from_str(&p.detail_json).ok())
-                .unwrap_or_default();
-            if let Some(message) = detail["calibration"]["message"].as_str() {
-                parts.push(format!("calibration {}", escape(message)));
-            }
-            if let (Some(h), Some(p)) = (&projection, p) {
-                let elapsed = elapsed_seconds(&t.started_at);
-                if let (Some(v), Some(lo), Some(hi), Some(e)) =
-                    (f(&h["value"]), f(&h["low"]), f(&h["high"]), elapsed)
-                {
-                    if p.eta_seconds > 0 {
-                        // Minutes re-measurements held the run were not
-                        // projected: they are left out of the comparison.
-                        let held = serde_json::from_str::<Value>(&p.detail_json)
-                            .ok()
-                            .and_then(|d| f(&d["held_for_remeasures_seconds"]))
-                            .unwrap_or(0.0);
-                        let live = ((e - held).max(0.0) + p.eta_seconds as f64) / 3600.0;
-                        let verdict = if live > hi {
-                            "slower than projected"
-                        } else if live < lo {
-                            "faster than projected"
-                        } else {
-                            "on track"
-                        };
-                        parts.push(format!(
-                            "live {} vs projected {}: {verdict}",
-                            hours(live),
-                            hours(v)
-                        ));
-                    }
-                }
-            }
+        if t.status == "in_progress" {
+            parts.extend(held_live(t, tasks));
         }
         let _ = writeln!(
             out,
@@ -150,6 +78,70 @@ pub fn pipeline(tasks: &[todod_proto::Task]) -> String {
     out
 }
 
+/// A progress's counts: `170 done, 2 failed, ...`.
+fn counts(p: &todod_proto::Progress) -> String {
+    let mut s = format!("{} done", p.done);
+    if p.failed > 0 {
+        s.push_str(&format!(", {} failed", p.failed));
+    }
+    if p.rejected > 0 {
+        s.push_str(&format!(", {} rejected", p.rejected));
+    }
+    // Left out by the spec's own rules: not failures.
+    let detail: Value = serde_json::from_str(&p.detail_json).unwrap_or_default();
+    for (key, what) in [
+        ("dropped", "dropped by the spec"),
+        ("not_sampled", "not in the sample"),
+    ] {
+        if let Some(n) = detail[key].as_u64().filter(|n| *n > 0) {
+            s.push_str(&format!(", {n} {what}"));
+        }
+    }
+    s
+}
+
+/// A running task held to a feasibility's projection (one it depends on
+/// that has one): its calibration, and its live total against the
+/// projected band.
+fn held_live(t: &todod_proto::Task, tasks: &[todod_proto::Task]) -> Vec<String> {
+    let mut parts = Vec::new();
+    let Some(p) = t.progress.as_ref() else {
+        return parts;
+    };
+    let detail: Value = serde_json::from_str(&p.detail_json).unwrap_or_default();
+    if let Some(message) = detail["calibration"]["message"].as_str() {
+        parts.push(format!("calibration {}", escape(message)));
+    }
+    let projected = tasks
+        .iter()
+        .filter(|d| t.depends_on.contains(&d.id) && d.status == "completed")
+        .filter_map(|d| results::parse::<FeasibilityResult>(&d.result_json))
+        .find_map(|r| r.projection.map(|p| p.hours));
+    if let (Some(h), Some(elapsed)) = (projected, elapsed_seconds(&t.started_at)) {
+        if p.eta_seconds > 0 {
+            // Minutes re-measurements held the run were not projected: they
+            // are left out of the comparison.
+            let held = detail["held_for_remeasures_seconds"]
+                .as_f64()
+                .unwrap_or(0.0);
+            let live = ((elapsed - held).max(0.0) + p.eta_seconds as f64) / 3600.0;
+            let verdict = if live > h.high {
+                "slower than projected"
+            } else if live < h.low {
+                "faster than projected"
+            } else {
+                "on track"
+            };
+            parts.push(format!(
+                "live {} vs projected {}: {verdict}",
+                hours(live),
+                hours(h.value)
+            ));
+        }
+    }
+    parts
+}
+
 /// Hours as the CLI writes every duration: `45s`, `3m20s`, `2h05m`.
 fn hours(h: f64) -> String {
     crate::render::duration((h * 3600.0).round() as i64)
@@ -164,167 +156,151 @@ fn elapsed_seconds(rfc3339: &str) -> Option<f64> {
         .map(|d| d.as_secs_f64())
 }
 
-/// The summary of `result` for a task of `kind`.
+/// The summary of `result` for a task of `kind`: the kinds this version
+/// draws in detail; `None` for the others (and for a result that is not
+/// the kind's), which read as the daemon's summary line and the JSON.
 pub fn summary(kind: &str, result: &str) -> Option<String> {
-    let v: Value = serde_json::from_str(result).ok()?;
     match kind {
-        "feasibility" => Some(feasibility(&v)),
-        "tokenization" => Some(tokenization(&v)),
-        "prompt_adaptation" => Some(adaptation(&v)),
-        "generation" => Some(generation(&v)),
+        "feasibility" => results::parse(result).map(|r| feasibility(&r)),
+        "tokenization" => results::parse(result).map(|r| tokenization(&r)),
+        "prompt_adaptation" => results::parse(result).map(|r| adaptation(&r)),
+        "generation" => results::parse(result).map(|r| generation(&r)),
         _ => None,
     }
 }
 
-fn feasibility(v: &Value) -> String {
+fn feasibility(v: &FeasibilityResult) -> String {
     let mut out = String::new();
-    let verdict = v["verdict"].as_str().unwrap_or("-");
-    let _ = writeln!(out, "  verdict     {}", verdict.to_uppercase());
-    for reason in v["reasons"].as_array().into_iter().flatten() {
-        let _ = writeln!(out, "    - {}", escape(reason.as_str().unwrap_or("")));
+    let _ = writeln!(out, "  verdict     {}", v.verdict.to_uppercase());
+    for reason in &v.reasons {
+        let _ = writeln!(out, "    - {}", escape(reason));
     }
-    let chosen = v["choice"]["concurrency"].as_u64();
-    if let Some(c) = chosen {
-        let why = v["choice"]["why"].as_str().unwrap_or("");
-        let _ = writeln!(out, "  chosen      concurrency {c}: {}", escape(why));
+    let chosen = v.choice.as_ref().map(|c| c.concurrency);
+    if let Some(c) = &v.choice {
+        let _ = writeln!(
+            out,
+            "  chosen      concurrency {}: {}",
+            c.concurrency,
+            escape(&c.why)
+        );
     }
-    let p = &v["projection"];
-    if p.is_object() {
+    if let Some(p) = &v.projection {
         let _ = writeln!(
             out,
             "  projection  {} records: {}",
-            p["records"],
-            span(&p["hours"], hours)
+            p.records,
+            span(&p.hours, hours)
         );
         let _ = writeln!(
             out,
             "              {} output tokens, {}",
-            span(&p["output_tokens"], count),
-            span(&p["bytes"], size)
+            span(&p.output_tokens, count),
+            span(&p.bytes, size)
         );
-        if p["cost"].is_object() {
+        if let Some(cost) = &p.cost {
             let _ = writeln!(
                 out,
                 "              cost {}",
-                span(&p["cost"], |c| format!("{c:.2}"))
+                span(cost, |c| format!("{c:.2}"))
             );
         }
     }
-    let levels = v["levels"].as_array().cloned().unwrap_or_default();
-    if !levels.is_empty() {
-        let best = levels
+    if !v.levels.is_empty() {
+        let best = v
+            .levels
             .iter()
-            .filter_map(|l| f(&l["output_tokens_per_second"]))
+            .map(|l| l.output_tokens_per_second)
             .fold(0.0, f64::max);
-        let slowest = levels
-            .iter()
-            .filter_map(|l| f(&l["e2e_seconds"]["p99"]))
-            .fold(0.0, f64::max);
+        let p99 = |l: &results::LevelFigures| l.e2e_seconds.map_or(0.0, |s| s.p99);
+        let slowest = v.levels.iter().map(p99).fold(0.0, f64::max);
         let _ = writeln!(
             out,
             "  sweep        conc   req/s   out tok/s  p50 s   p99 s  err%  tok/s {:<12} p99 {:<12}",
             "", ""
         );
-        for l in &levels {
-            let c = l["concurrency"].as_u64().unwrap_or(0);
-            let tps = f(&l["output_tokens_per_second"]).unwrap_or(0.0);
-            let p99 = f(&l["e2e_seconds"]["p99"]).unwrap_or(0.0);
-            let mark = if Some(c) == chosen { '*' } else { ' ' };
+        for l in &v.levels {
+            let mark = if Some(l.concurrency) == chosen {
+                '*'
+            } else {
+                ' '
+            };
             let _ = writeln!(
                 out,
-                "             {mark}{c:>4} {:>7.2} {:>11.1} {:>6.2} {:>7.2} {:>5.1}  {:<18} {:<16}",
-                f(&l["requests_per_second"]).unwrap_or(0.0),
-                tps,
-                f(&l["e2e_seconds"]["p50"]).unwrap_or(0.0),
-                p99,
-                f(&l["error_rate"]).unwrap_or(0.0) * 100.0,
-                bar(tps, best, 18),
-                bar(p99, slowest, 16),
+                "             {mark}{:>4} {:>7.2} {:>11.1} {:>6.2} {:>7.2} {:>5.1}  {:<18} {:<16}",
+                l.concurrency,
+                l.requests_per_second,
+                l.output_tokens_per_second,
+                l.e2e_seconds.map_or(0.0, |s| s.p50),
+                p99(l),
+                l.error_rate * 100.0,
+                bar(l.output_tokens_per_second, best, 18),
+                bar(p99(l), slowest, 16),
             );
         }
     }
-    if let Some(why) = v["sweep_stopped"].as_str() {
+    if let Some(why) = &v.sweep_stopped {
         let _ = writeln!(out, "  stopped     {}", escape(why));
     }
-    let between: Vec<String> = v["sweep"]["between"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|c| c.to_string())
-        .collect();
-    if !between.is_empty() {
-        let _ = writeln!(
-            out,
-            "  between     measured {} around the best",
-            between.join(", ")
-        );
-    }
-    if let Some(seconds) = f(&v["sweep"]["seconds"]) {
-        let share = f(&v["sweep"]["share_of_run"])
+    if let Some(sweep) = &v.sweep {
+        if !sweep.between.is_empty() {
+            let between: Vec<String> = sweep.between.iter().map(|c| c.to_string()).collect();
+            let _ = writeln!(
+                out,
+                "  between     measured {} around the best",
+                between.join(", ")
+            );
+        }
+        let share = sweep
+            .share_of_run
             .map_or(String::new(), |s| format!(", {:.1}% of the run", s * 100.0));
         let _ = writeln!(
             out,
             "  sweep cost  {}{share} (at most {:.0}% of it, at least {})",
-            hours(seconds / 3600.0),
-            f(&v["sweep"]["max_share"]).unwrap_or(0.0) * 100.0,
-            hours(f(&v["sweep"]["min_seconds"]).unwrap_or(0.0) / 3600.0)
+            hours(sweep.seconds / 3600.0),
+            sweep.max_share * 100.0,
+            hours(sweep.min_seconds / 3600.0)
         );
     }
-    if let Some(method) = p["interval"].as_str() {
+    if let Some(method) = v.projection.as_ref().and_then(|p| p.interval.as_deref()) {
         let _ = writeln!(out, "  interval    {}", escape(method));
     }
     let _ = writeln!(
         out,
         "  sample      {} prompts, seed {}",
-        v["sample"]["size"], v["sample"]["seed"]
+        v.sample.size, v.sample.seed
     );
     out
 }
 
-fn tokenization(v: &Value) -> String {
+fn tokenization(v: &TokenizationResult) -> String {
     let mut out = String::new();
-    let dropped: Vec<String> = v["dropped"]
-        .as_object()
-        .into_iter()
-        .flatten()
-        .map(|(k, n)| format!("{n} {k}"))
-        .collect();
+    let dropped: Vec<String> = v.dropped.iter().map(|(k, n)| format!("{n} {k}")).collect();
     let _ = writeln!(
         out,
         "  records     {} ({} tokens, {} trained on, {} masked)",
-        v["records"], v["tokens"], v["trained_tokens"], v["masked_tokens"]
+        v.records, v.tokens, v.trained_tokens, v.masked_tokens
     );
     let _ = writeln!(
         out,
         "  set aside   {} rejected, dropped: {}",
-        v["rejected"],
+        v.rejected,
         if dropped.is_empty() {
             "none".into()
         } else {
             dropped.join(", ")
         }
     );
-    if v["straddling_tokens"].as_u64().unwrap_or(0) > 0 {
+    if v.straddling_tokens > 0 {
         let _ = writeln!(
             out,
             "  straddling  {} tokens cross the edge of a trained span (not trained on)",
-            v["straddling_tokens"]
+            v.straddling_tokens
         );
     }
-    let buckets: Vec<(u64, u64)> = v["length_histogram"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|b| Some((b[0].as_u64()?, b[1].as_u64()?)))
-        .collect();
-    let most = buckets.iter().map(|b| b.1).max().unwrap_or(0);
-    if !buckets.is_empty() {
-        let _ = writeln!(
-            out,
-            "  lengths     (tokens: records; max {})",
-            v["max_length"]
-        );
-        for (k, n) in buckets {
+    let most = v.length_histogram.iter().map(|b| b.1).max().unwrap_or(0);
+    if !v.length_histogram.is_empty() {
+        let _ = writeln!(out, "  lengths     (tokens: records; max {})", v.max_length);
+        for &(k, n) in &v.length_histogram {
             let (lo, hi) = if k == 0 {
                 (0, 1)
             } else {
@@ -339,20 +315,23 @@ fn tokenization(v: &Value) -> String {
             );
         }
     }
-    for key in ["bin", "idx", "parquet", "manifest"] {
-        if let Some(path) = v[key].as_str() {
+    for (key, path) in [
+        ("bin", Some(&v.bin)),
+        ("idx", Some(&v.idx)),
+        ("parquet", v.parquet.as_ref()),
+        ("manifest", Some(&v.manifest)),
+    ] {
+        if let Some(path) = path {
             let _ = writeln!(out, "  {key:<11} {}", escape(path));
         }
     }
     out
 }
 
-fn adaptation(v: &Value) -> String {
+fn adaptation(v: &AdaptationResult) -> String {
     let mut out = String::new();
-    let join = |o: &Value| -> String {
-        o.as_object()
-            .into_iter()
-            .flatten()
+    let join = |o: &std::collections::BTreeMap<String, u64>| -> String {
+        o.iter()
             .map(|(k, n)| format!("{k} {n}"))
             .collect::<Vec<_>>()
             .join(", ")
@@ -360,87 +339,122 @@ fn adaptation(v: &Value) -> String {
     let _ = writeln!(
         out,
         "  prompts     {} adapted, {} rejected",
-        v["records"], v["rejected"]
+        v.records, v.rejected
     );
-    let _ = writeln!(out, "  formats     {}", join(&v["formats"]));
-    let _ = writeln!(out, "  roles       {}", join(&v["roles"]));
-    let _ = writeln!(out, "  system      {}", join(&v["system_prompts"]));
-    if v["prompt_tokens"].is_object() {
-        let t = &v["prompt_tokens"];
+    let _ = writeln!(out, "  formats     {}", join(&v.formats));
+    let _ = writeln!(out, "  roles       {}", join(&v.roles));
+    let s = &v.system_prompts;
+    let _ = writeln!(
+        out,
+        "  system      kept {}, dropped {}, folded {}, replaced {}",
+        s.kept, s.dropped, s.folded, s.replaced
+    );
+    if let Some(t) = &v.prompt_tokens {
+        let n = |x: Option<u64>| x.map_or("-".into(), |x| x.to_string());
         let _ = writeln!(
             out,
             "  tokens      p50 {} p99 {} max {}",
-            t["p50"], t["p99"], t["max"]
+            n(t.p50),
+            n(t.p99),
+            n(t.max)
         );
     }
-    if let Some(sha) = v["template_sha256"].as_str() {
+    if let Some(sha) = &v.template_sha256 {
         let _ = writeln!(out, "  template    sha256 {sha}");
     }
-    if let Some(path) = v["output"].as_str() {
-        let _ = writeln!(out, "  output      {}", escape(path));
-    }
+    let _ = writeln!(out, "  output      {}", escape(&v.output));
     out
 }
 
-fn generation(v: &Value) -> String {
+fn generation(v: &GenerationResult) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
         "  records     {} written, {} failed, {} rejected, {} ended at length",
-        v["records"], v["failed"], v["rejected"], v["length_finishes"]
+        v.records, v.failed, v.rejected, v.length_finishes
     );
     let _ = writeln!(
         out,
         "  tokens      {} out, {} in",
-        v["tokens"], v["prompt_tokens"]
+        v.tokens, v.prompt_tokens
     );
-    let p = &v["projection"];
-    if p.is_object() {
+    if !v.failures_by_class.is_empty() {
+        let classes: Vec<String> = v
+            .failures_by_class
+            .iter()
+            .map(|(k, n)| format!("{n} {k}"))
+            .collect();
+        let _ = writeln!(out, "  failures    {}", classes.join(", "));
+    }
+    if let Some(p) = &v.projection {
         let _ = writeln!(
             out,
             "  projected   {} (feasibility {}); actual {}{}{}",
-            span(&p["projected_hours"], hours),
-            p["feasibility"].as_str().unwrap_or("-"),
-            hours(f(&p["actual_hours"]).unwrap_or(0.0)),
-            match f(&p["held_for_remeasures_hours"]) {
-                Some(h) if h > 0.0 => format!(" of which {} held for re-measurements", hours(h)),
-                _ => String::new(),
+            span(&p.projected_hours, hours),
+            escape(&p.feasibility),
+            hours(p.actual_hours),
+            if p.held_for_remeasures_hours > 0.0 {
+                format!(
+                    " of which {} held for re-measurements",
+                    hours(p.held_for_remeasures_hours)
+                )
+            } else {
+                String::new()
             },
-            if p["inside_interval"] == Value::Bool(true) {
+            if p.inside_interval {
                 ", inside the interval"
             } else {
                 ", outside the interval"
             }
         );
     }
-    if let Some(path) = v["output"].as_str() {
-        let _ = writeln!(out, "  output      {}", escape(path));
-    }
+    let _ = writeln!(out, "  output      {}", escape(&v.output));
     out
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
+
+    fn estimate(v: f64, lo: f64, hi: f64) -> Value {
+        json!({"value": v, "low": lo, "high": hi})
+    }
+
+    fn level(c: u64, rps: f64, tps: f64, p99: f64) -> Value {
+        json!({"concurrency": c, "requests": 10, "requests_per_second": rps,
+            "output_tokens_per_second": tps, "input_tokens_per_second": 1.0,
+            "observed_requests_per_second": rps, "observed_output_tokens_per_second": tps,
+            "error_rate": 0.0, "error_classes": {},
+            "e2e_seconds": {"p50": 1.0, "p90": p99, "p99": p99, "mean": 1.0},
+            "ttft_seconds": null, "itl_seconds": null, "output_tokens": null,
+            "length_finish_share": 0.0, "reasoning_tokens_mean": null, "bytes_per_record": 1.0})
+    }
+
+    fn sweep() -> Value {
+        json!({
+            "records": 1000, "usable_prompts": 1000, "prompts": "/p", "model": "m",
+            "endpoints": ["http://e"], "warmup": {"requests_per_endpoint": 2, "max_tokens": 8},
+            "sweep_stopped": null, "drift_after_seconds": 180.0, "calibrate_after_seconds": 120.0,
+            "verdict": "no-go", "reasons": ["over the budget of 5 h"],
+            "choice": {"concurrency": 4, "why": "the knee"},
+            "projection": {"records": 1000, "concurrency": 4,
+                           "hours": estimate(6.9, 6.5, 7.3),
+                           "records_per_second": estimate(0.04, 0.038, 0.043),
+                           "output_tokens": estimate(1e7, 9e6, 1.1e7),
+                           "input_tokens": estimate(1e6, 9e5, 1.1e6),
+                           "bytes": estimate(3e8, 2.9e8, 3.1e8), "cost": null, "assumptions": []},
+            "levels": [level(1, 1.0, 100.0, 1.1), level(4, 4.0, 400.0, 1.2)],
+            "sample": {"size": 100, "seed": 7},
+            "sweep": {"seconds": 150.0, "levels": 2, "projected_run_seconds": 24840.0,
+                      "share_of_run": 0.006, "max_share": 0.02, "min_seconds": 300.0,
+                      "between": [6, 12], "allowed_seconds": 500.0, "cut_short": null},
+        })
+    }
 
     #[test]
     fn a_sweep_reads_as_a_table_with_its_choice_marked() {
-        let result = serde_json::json!({
-            "verdict": "no-go", "reasons": ["over the budget of 5 h"],
-            "choice": {"concurrency": 4, "why": "the knee"},
-            "projection": {"records": 1000, "hours": {"value": 6.9, "low": 6.5, "high": 7.3},
-                           "output_tokens": {"value": 1e7, "low": 9e6, "high": 1.1e7},
-                           "bytes": {"value": 3e8, "low": 2.9e8, "high": 3.1e8}},
-            "levels": [
-                {"concurrency": 1, "requests_per_second": 1.0, "output_tokens_per_second": 100.0,
-                 "e2e_seconds": {"p50": 1.0, "p99": 1.1}, "error_rate": 0.0},
-                {"concurrency": 4, "requests_per_second": 4.0, "output_tokens_per_second": 400.0,
-                 "e2e_seconds": {"p50": 1.0, "p99": 1.2}, "error_rate": 0.0},
-            ],
-            "sample": {"size": 100, "seed": 7},
-            "sweep": {"seconds": 150.0, "share_of_run": 0.006, "max_share": 0.02,
-                      "min_seconds": 300.0, "between": [6, 12]},
-        });
+        let result = sweep();
         let text = summary("feasibility", &result.to_string()).unwrap();
         assert!(text.contains("NO-GO") && text.contains("over the budget"));
         assert!(text.contains("measured 6, 12 around the best"), "{text}");
@@ -456,17 +470,19 @@ mod tests {
         assert!(text.contains("300.0 MB"), "{text}");
         // A short run reads in minutes, not as 0.0 h.
         let mut short = result.clone();
-        short["projection"]["hours"] =
-            serde_json::json!({"value": 0.04, "low": 0.036, "high": 0.043});
+        short["projection"]["hours"] = estimate(0.04, 0.036, 0.043);
         let text = summary("feasibility", &short.to_string()).unwrap();
         assert!(text.contains("2m24s (2m10s to 2m35s, 95%)"), "{text}");
         assert!(text.lines().any(|l| l.contains("*   4")), "{text}");
         assert!(text.lines().count() < 40);
+        // Not a sweep's result: left to the daemon's summary and the JSON.
+        assert!(summary("feasibility", r#"{"verdict": "go"}"#).is_none());
+        assert!(summary("filter", &result.to_string()).is_none());
     }
 
     #[test]
-    fn a_running_generation_shows_its_calibration() {
-        let detail = serde_json::json!({
+    fn a_running_generation_shows_its_calibration_and_its_band() {
+        let detail = json!({
             "calibration": {"message": "after 120 s: 0.8 records/s against 1.0 projected \
                             (0.9-1.1): 20% slower than projected", "on_track": false},
         });
@@ -474,28 +490,50 @@ mod tests {
             id: "t3".into(),
             kind: "generation".into(),
             status: "in_progress".into(),
+            depends_on: vec!["t2".into()],
+            started_at: "2020-01-01T00:00:00Z".into(),
             progress: Some(todod_proto::Progress {
                 done: 10,
                 total: 100,
+                eta_seconds: 60,
                 detail_json: detail.to_string(),
                 ..Default::default()
             }),
             ..Default::default()
         };
-        let text = pipeline(&[task]);
+        let feasibility = todod_proto::Task {
+            id: "t2".into(),
+            kind: "feasibility".into(),
+            status: "completed".into(),
+            result_json: sweep().to_string(),
+            summary: "no-go".into(),
+            ..Default::default()
+        };
+        let text = pipeline(&[feasibility, task]);
         assert!(
             text.contains("calibration after 120 s: 0.8 records/s against 1.0 projected"),
             "{text}"
         );
         assert!(text.contains("20% slower than projected"), "{text}");
+        // Years into a 7-hour run: far slower than the band.
+        assert!(
+            text.contains("vs projected 6h54m: slower than projected"),
+            "{text}"
+        );
+        assert!(
+            text.contains("t2   feasibility        completed    no-go"),
+            "{text}"
+        );
     }
 
     #[test]
     fn a_tokenization_shows_its_histogram() {
-        let result = serde_json::json!({
+        let result = json!({
             "records": 10, "tokens": 300, "trained_tokens": 100, "masked_tokens": 200,
             "rejected": 1, "dropped": {"length_finish": 2}, "straddling_tokens": 0,
             "length_histogram": [[4, 3], [5, 7]], "max_length": 60,
+            "bin": "/o/train.bin", "idx": "/o/train.idx", "manifest": "/o/train.json",
+            "rejects": "/o/train.rejects.jsonl",
         });
         let text = summary("tokenization", &result.to_string()).unwrap();
         assert!(text.contains("16-31") && text.contains("32-63"), "{text}");

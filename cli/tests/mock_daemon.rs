@@ -133,6 +133,18 @@ impl Todos for Mock {
         Err(Status::unimplemented("no"))
     }
 
+    async fn list_kinds(&self, req: Request<ListKindsRequest>) -> R<ListKindsResponse> {
+        self.check("list_kinds", &req)?;
+        let kind = |name: &str, phase: bool| KindInfo {
+            name: name.into(),
+            phase,
+            ..Default::default()
+        };
+        Ok(Response::new(ListKindsResponse {
+            kinds: vec![kind("todo", false), kind("generation", true)],
+        }))
+    }
+
     async fn open_page(&self, req: Request<OpenPageRequest>) -> R<OpenPageResponse> {
         self.check("open_page", &req)?;
         let plan = &req.get_ref().plan;

@@ -261,6 +261,7 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Ping { wait } => ping::ping(&ctx, wait).await,
         Command::Backup { file } => plans::backup(&ctx, &file).await,
         Command::Open { plan, browser } => open::open(&ctx, plan, browser).await,
+        Command::Kinds => open::kinds(&ctx).await,
         Command::Schedule {
             task,
             cron,

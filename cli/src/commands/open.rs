@@ -1,4 +1,4 @@
-//! `todoctl open`: a one-time login to the daemon's status page, as a URL
+//! `todoctl kinds`: what the daemon runs; `todoctl open`: a one-time login to the daemon's status page, as a URL
 //! to open in a browser (the code in it works once, for five minutes, and
 //! leaves the browser a session cookie). `--browser` also opens it, with
 //! `$BROWSER` or `xdg-open`.
@@ -33,4 +33,37 @@ pub async fn open(ctx: &Ctx, plan: Option<String>, browser: bool) -> Result<()> 
         "{}\n(works once, until {})",
         login.url, login.expires_at
     ))
+}
+
+pub async fn kinds(ctx: &Ctx) -> Result<()> {
+    let mut client = ctx.client().await?;
+    let kinds = client
+        .list_kinds(todod_proto::ListKindsRequest {})
+        .await?
+        .into_inner()
+        .kinds;
+    if ctx.json {
+        return emit_json(&json!({ "kinds": kinds }));
+    }
+    let mut out = String::new();
+    for k in &kinds {
+        let mut tags = Vec::new();
+        if !k.plan_section.is_empty() {
+            tags.push(format!("plan file [{}]", k.plan_section));
+        }
+        if !k.actions.is_empty() {
+            tags.push(format!("schedule: {}", k.actions.join(", ")));
+        }
+        out.push_str(&format!(
+            "{:<18} {}{}\n",
+            crate::safe::escape(&k.name),
+            crate::safe::escape(&k.summary),
+            if tags.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", tags.join("; "))
+            }
+        ));
+    }
+    emit(out.trim_end())
 }

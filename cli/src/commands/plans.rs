@@ -254,17 +254,11 @@ pub async fn plan_screen(
         .unwrap_or_default();
     // A plan with phase tasks is a pipeline: each phase, with its figures
     // and the projection held against the live run.
+    let kinds = crate::client::phase_kinds(client).await?;
     let phases = client
         .list_tasks(todod_proto::ListTasksRequest {
             plan: plan_name.clone(),
-            kinds: [
-                "prompt_adaptation",
-                "feasibility",
-                "generation",
-                "tokenization",
-            ]
-            .map(String::from)
-            .to_vec(),
+            kinds,
             page_size: 100,
             ..Default::default()
         })

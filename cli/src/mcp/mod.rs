@@ -32,13 +32,39 @@ session, compaction and crashes, is shared with subagents and other agents, and 
 with `todoctl status`. Use ONE of the list shapes (todowrite/todoread, TodoWrite, update_plan, \
 write_todos, or the Task* tools) for your own list. Full-list writes replace the list: items \
 you leave out are archived. Each answer gives the list's revision; if another agent changed the \
-list since, your write is refused and you get the current list to merge into. Tasks of kind \
-feasibility, prompt_adaptation, generation and tokenization are phases the daemon runs itself: \
-read their progress with plan_status, do not try to complete them.";
+list since, your write is refused and you get the current list to merge into.";
+
+/// The instructions, naming the phase kinds the daemon says it runs (or
+/// every kind but todo, when it did not answer in time).
+fn instructions(phase_kinds: &[String]) -> String {
+    let which = if phase_kinds.is_empty() {
+        "of any kind but todo".to_string()
+    } else {
+        format!("of kind {}", phase_kinds.join(", "))
+    };
+    format!(
+        "{INSTRUCTIONS} Tasks {which} are phases the daemon runs itself: read their progress \
+         with plan_status, do not try to complete them."
+    )
+}
+
+/// The daemon's phase kinds, if it answers within a few seconds.
+async fn daemon_phase_kinds(connector: &crate::client::Connector) -> Vec<String> {
+    let ask = async {
+        let mut client = connector.connect().await.ok()?;
+        crate::client::phase_kinds(&mut client).await.ok()
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(3), ask)
+        .await
+        .ok()
+        .flatten()
+        .unwrap_or_default()
+}
 
 pub struct TodoMcp {
     session: Arc<Session>,
     tool_router: ToolRouter<Self>,
+    instructions: String,
 }
 
 /// Serves MCP on stdin/stdout until the client closes it.
@@ -50,7 +76,9 @@ pub async fn serve(
     choice: PlanChoice,
     groups: &[String],
 ) -> anyhow::Result<()> {
-    let server = TodoMcp::new(connector, named, choice, groups);
+    let phase_kinds = daemon_phase_kinds(&connector).await;
+    let mut server = TodoMcp::new(connector, named, choice, groups);
+    server.instructions = instructions(&phase_kinds);
     let running = server.serve(rmcp::transport::stdio()).await?;
     running.waiting().await?;
     Ok(())
@@ -148,6 +176,7 @@ impl TodoMcp {
         TodoMcp {
             session: Arc::new(Session::new(connector, named, choice)),
             tool_router,
+            instructions: instructions(&[]),
         }
     }
 
@@ -510,7 +539,7 @@ impl ServerHandler for TodoMcp {
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
             .with_server_info(Implementation::new("todod", env!("CARGO_PKG_VERSION")))
-            .with_instructions(INSTRUCTIONS)
+            .with_instructions(self.instructions.clone())
     }
 }
 

@@ -180,6 +180,11 @@ fn progress(json: &str) -> Option<proto::Progress> {
 }
 
 pub fn task(view: TaskView) -> proto::Task {
+    // What the task's kind makes of its result, for `status`.
+    let summary = match (crate::phase::kinds::get(view.kind), view.result.as_deref()) {
+        (Some(kind), Some(result)) => kind.view(result).map(|v| v.summary),
+        _ => None,
+    };
     proto::Task {
         id: view.id.to_string(),
         plan: view.plan,
@@ -204,7 +209,32 @@ pub fn task(view: TaskView) -> proto::Task {
         schedule: view.schedule.as_deref().and_then(schedule),
         owner: view.owner.unwrap_or_default(),
         metadata_json: view.metadata.unwrap_or_default(),
+        summary: summary.unwrap_or_default(),
     }
+}
+
+/// The kinds a task may be, from the phase table.
+pub fn kind_infos() -> Vec<proto::KindInfo> {
+    let todo = proto::KindInfo {
+        name: Kind::TODO.to_string(),
+        summary: "a plain task of a todo list: its status, priority and dependencies are \
+                  the clients' to move"
+            .into(),
+        phase: false,
+        plan_section: String::new(),
+        actions: vec![crate::domain::schedule::Action::Reopen.as_str().into()],
+        output_fields: Vec::new(),
+    };
+    std::iter::once(todo)
+        .chain(crate::phase::kinds::TABLE.iter().map(|k| proto::KindInfo {
+            name: k.name().into(),
+            summary: k.summary_line().into(),
+            phase: true,
+            plan_section: k.step().map(|s| s.section.to_string()).unwrap_or_default(),
+            actions: k.actions().iter().map(|a| a.as_str().to_string()).collect(),
+            output_fields: k.output_fields().iter().map(|f| f.to_string()).collect(),
+        }))
+        .collect()
 }
 
 /// A stored schedule (JSON object) as the API gives it.

@@ -265,6 +265,15 @@ impl TodoService {
 
 #[tonic::async_trait]
 impl Todos for TodoService {
+    async fn list_kinds(
+        &self,
+        _request: Request<proto::ListKindsRequest>,
+    ) -> Result<Response<proto::ListKindsResponse>, Status> {
+        Ok(Response::new(proto::ListKindsResponse {
+            kinds: convert::kind_infos(),
+        }))
+    }
+
     async fn open_page(
         &self,
         request: Request<proto::OpenPageRequest>,
