@@ -239,6 +239,21 @@ where
     }
 }
 
+/// The phase kinds the daemon runs, by name, as its `ListKinds` gives
+/// them: clients list phases by these, never by names of their own.
+pub async fn phase_kinds(client: &mut Client) -> Result<Vec<String>, tonic::Status> {
+    let kinds = client
+        .list_kinds(todod_proto::ListKindsRequest {})
+        .await?
+        .into_inner()
+        .kinds;
+    Ok(kinds
+        .into_iter()
+        .filter(|k| k.phase)
+        .map(|k| k.name)
+        .collect())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -281,19 +296,4 @@ mod tests {
             err.message
         );
     }
-}
-
-/// The phase kinds the daemon runs, by name, as its `ListKinds` gives
-/// them: clients list phases by these, never by names of their own.
-pub async fn phase_kinds(client: &mut Client) -> Result<Vec<String>, tonic::Status> {
-    let kinds = client
-        .list_kinds(todod_proto::ListKindsRequest {})
-        .await?
-        .into_inner()
-        .kinds;
-    Ok(kinds
-        .into_iter()
-        .filter(|k| k.phase)
-        .map(|k| k.name)
-        .collect())
 }

@@ -333,7 +333,13 @@ fn more(out: &mut String, count: i64, shown: usize) {
 }
 
 /// Every field of a task, then its history.
-pub fn task_details(t: &Task, events: &[Event], all_events: bool) -> String {
+/// `result` is the phase's result as `phase_view` draws it, if it can.
+pub fn task_details(
+    t: &Task,
+    events: &[Event],
+    all_events: bool,
+    result: Option<String>,
+) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -384,7 +390,7 @@ pub fn task_details(t: &Task, events: &[Event], all_events: bool) -> String {
     }
     json_block(&mut out, "spec", &t.spec_json);
     // A phase's result reads better summarized; --json gives all of it.
-    match crate::phase_view::summary(&t.kind, &t.result_json) {
+    match result {
         Some(summary) => {
             out.push_str("  result:\n");
             out.push_str(&summary);
@@ -831,13 +837,13 @@ mod tests {
             to_status: "completed".into(),
             ..Default::default()
         });
-        let short = task_details(&task, &events, false);
+        let short = task_details(&task, &events, false, None);
         assert!(short.lines().count() < 40, "{short}");
         // Every change of state is there, and the first and last samples.
         assert_eq!(short.matches("status_changed").count(), 2);
         assert!(short.contains("#2 ") && short.contains("#1001 "), "{short}");
         assert!(short.contains("progress samples (--all-events shows them)"));
-        let all = task_details(&task, &events, true);
+        let all = task_details(&task, &events, true, None);
         assert!(all.lines().count() > 1000);
     }
 }

@@ -248,7 +248,7 @@ pub async fn run(
     let todos = TodosServer::new(
         TodoService::new(store.clone(), bounds.clone(), stop_rx.clone())
             .with_clock(clock.clone())
-            .with_page(page_shared.clone(), page_base),
+            .with_page(page_shared.logins.clone(), page_base),
     )
     .max_decoding_message_size(MAX_REQUEST_BYTES)
     .max_encoding_message_size(MAX_RESPONSE_BYTES);

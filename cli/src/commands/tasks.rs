@@ -99,7 +99,12 @@ pub async fn show(ctx: &Ctx, id: &str, all_events: bool) -> Result<()> {
             &json!({ "task": json::task(&task), "events": events.iter().map(json::event).collect::<Vec<_>>() }),
         )
     } else {
-        emit(&render::task_details(&task, &events, all_events))
+        emit(&render::task_details(
+            &task,
+            &events,
+            all_events,
+            crate::phase_view::summary(&task.kind, &task.result_json),
+        ))
     }
 }
 

@@ -453,7 +453,12 @@ impl TodoMcp {
             // progress samples, the structured answer keeps the changes and
             // the last sample.
             let events = crate::commands::tasks::fetch_events(&mut client, &id).await?;
-            let text = crate::render::task_details(&task, &events, false);
+            let text = crate::render::task_details(
+                &task,
+                &events,
+                false,
+                crate::phase_view::summary(&task.kind, &task.result_json),
+            );
             let text = crate::safe::escape_keep_newlines(&crate::style::strip(&text)).into_owned();
             let last_progress = events.iter().rposition(|e| e.r#type == "progress");
             let events: Vec<_> = events

@@ -8,6 +8,7 @@ mod answers;
 pub mod auth;
 pub mod convert;
 mod error;
+pub mod logins;
 mod pipeline;
 
 use std::pin::Pin;
@@ -45,7 +46,7 @@ pub struct TodoService {
     clock: Arc<dyn crate::scheduler::Clock>,
     /// Where the status page's logins are kept, and the page's address
     /// (`http://host:port`) when the daemon has a TCP listener.
-    page: Option<(Arc<crate::http::page::Shared>, Option<String>)>,
+    page: Option<(Arc<logins::Logins>, Option<String>)>,
 }
 
 impl TodoService {
@@ -64,12 +65,8 @@ impl TodoService {
     }
 
     /// Lets `OpenPage` mint logins for the page at `base`.
-    pub fn with_page(
-        mut self,
-        shared: Arc<crate::http::page::Shared>,
-        base: Option<String>,
-    ) -> TodoService {
-        self.page = Some((shared, base));
+    pub fn with_page(mut self, logins: Arc<logins::Logins>, base: Option<String>) -> TodoService {
+        self.page = Some((logins, base));
         self
     }
 
@@ -279,9 +276,9 @@ impl Todos for TodoService {
         request: Request<proto::OpenPageRequest>,
     ) -> Result<Response<proto::OpenPageResponse>, Status> {
         let plan = request.get_ref().plan.trim();
-        let (shared, base) =
+        let (keeper, base) =
             match &self.page {
-                Some((shared, Some(base))) => (shared, base),
+                Some((keeper, Some(base))) => (keeper, base),
                 _ => return Err(Status::failed_precondition(
                     "the daemon has no TCP listener to serve the page on; start it with --listen",
                 )),
@@ -291,12 +288,11 @@ impl Todos for TodoService {
         } else {
             // NOT_FOUND now, not a 404 in the browser later.
             let plan = self.store.get_plan(plan).await?;
-            let path = format!("/plans/{}", crate::http::page::percent_encode(&plan.name));
-            crate::http::page::percent_encode(&path)
+            let path = format!("/plans/{}", logins::percent_encode(&plan.name));
+            logins::percent_encode(&path)
         };
-        let code = shared.logins.mint();
-        let expires =
-            crate::store::now_ms() + crate::http::page::logins::CODE_TTL.as_millis() as i64;
+        let code = keeper.mint();
+        let expires = crate::store::now_ms() + logins::CODE_TTL.as_millis() as i64;
         Ok(Response::new(proto::OpenPageResponse {
             url: format!("{base}/login?code={code}&next={next}"),
             expires_at: convert::time(expires),

@@ -28,9 +28,28 @@ pub async fn run<P: RecordPhase>(
     threads: usize,
     process: Arc<dyn Fn(P::Item) -> P::Output + Send + Sync>,
 ) -> Result<Option<PhaseState>, String> {
+    run_after(run, phase, state, plan, threads, process, || Ok(())).await
+}
+
+/// [`run`], with `ready` called (on a blocking thread) once the output files
+/// are opened and cut back to the checkpoint, before the first record: a
+/// phase whose decisions depend on what it kept before (the filter's
+/// duplicates) reads it back there.
+pub async fn run_after<P: RecordPhase>(
+    run: &RunContext,
+    phase: Arc<P>,
+    state: PhaseState,
+    plan: &PassPlan,
+    threads: usize,
+    process: Arc<dyn Fn(P::Item) -> P::Output + Send + Sync>,
+    ready: impl FnOnce() -> Result<(), String> + Send + 'static,
+) -> Result<Option<PhaseState>, String> {
     let Some((opened, outputs)) = record_pipeline::open(run, &phase, state, plan).await? else {
         return Ok(None);
     };
+    tokio::task::spawn_blocking(ready)
+        .await
+        .map_err(|e| format!("reading back what the pass kept failed: {e}"))??;
     let processor = Processor::Cpu { threads, process };
     Ok(
         match record_pipeline::run(run, phase, opened, outputs, processor).await? {

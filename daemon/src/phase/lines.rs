@@ -14,6 +14,10 @@ use std::path::Path;
 use super::cursor::Line;
 use super::files::{open_input, InputIdentity};
 
+/// The longest prompt line a generation reads (and so an adaptation
+/// writes): longer ones are rejected without being read.
+pub const MAX_PROMPT_LINE_BYTES: usize = 1 << 20;
+
 /// Reads lines of at most `limit` bytes; longer lines are reported as cut
 /// (their first `limit` bytes kept) so that a 2 GB line costs no more memory
 /// than a short one.
@@ -254,6 +258,39 @@ pub fn json_field(line: &[u8], name: &str) -> Option<serde_json::Value> {
     }
     let mut de = serde_json::Deserializer::from_slice(line);
     Field(name).deserialize(&mut de).ok().flatten()
+}
+
+/// A line's text, or why it cannot be a record: not UTF-8, or blank.
+pub fn line_text(bytes: &[u8]) -> Result<&str, String> {
+    let text = std::str::from_utf8(bytes).map_err(|_| "not valid UTF-8".to_string())?;
+    if text.trim().is_empty() {
+        return Err("blank line".into());
+    }
+    Ok(text)
+}
+
+/// A line as a JSON object, or why it cannot be a record: the checks every
+/// phase makes of its input lines.
+pub fn json_object(bytes: &[u8]) -> Result<serde_json::Map<String, serde_json::Value>, String> {
+    let value: serde_json::Value =
+        serde_json::from_str(line_text(bytes)?).map_err(|e| format!("not JSON: {e}"))?;
+    match value {
+        serde_json::Value::Object(object) => Ok(object),
+        _ => Err("not a JSON object".into()),
+    }
+}
+
+/// A record's id: its `field` (a non-empty string or a number), else
+/// `line-N` after the line's number.
+pub fn record_id(
+    object: &serde_json::Map<String, serde_json::Value>,
+    field: &str,
+    number: u64,
+) -> Result<String, String> {
+    match object.get(field) {
+        None => Ok(format!("line-{number}")),
+        Some(v) => id_text(v).ok_or_else(|| format!("{field} is {v}, not a string or number")),
+    }
 }
 
 /// A record id as prompt sets carry it: a non-empty string or a number.

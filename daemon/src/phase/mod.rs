@@ -27,6 +27,7 @@ pub mod model;
 pub mod plan_step;
 pub mod record_pipeline;
 pub mod runtime;
+pub mod sample;
 pub mod spec;
 pub mod state;
 

@@ -343,6 +343,26 @@ pub fn output_file(
     })
 }
 
+/// Claims each of `outputs` (spec field, path) as [`output_file`] does, and
+/// makes each path its canonical one. A path the task already claims
+/// (`own`, on an update) is its own file and may exist; so may any with
+/// `overwrite`.
+pub fn claim_outputs(
+    outputs: &mut [(&str, &mut PathBuf)],
+    overwrite: bool,
+    own: &[String],
+    bounds: &Boundaries,
+) -> Result<Vec<Claim>, Error> {
+    let mut claims = Vec::with_capacity(outputs.len());
+    for (name, path) in outputs.iter_mut() {
+        let overwrite = overwrite || own.contains(&path.display().to_string());
+        let claim = output_file(name, path, overwrite, bounds)?;
+        **path = PathBuf::from(&claim.path);
+        claims.push(claim);
+    }
+    Ok(claims)
+}
+
 /// Refuses a set of outputs and inputs in which one path appears twice.
 pub fn distinct(claims: &[Claim], inputs: &[(String, PathBuf)]) -> Result<(), Error> {
     for (i, claim) in claims.iter().enumerate() {

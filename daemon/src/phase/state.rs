@@ -76,6 +76,12 @@ impl PhaseState {
             .map_err(|e| format!("the checkpoint cannot be read by this version of todod: {e}"))
     }
 
+    /// The checkpoint a run resumes from: the task's last one, or a fresh
+    /// one for its first run.
+    pub async fn resume(store: &Store, task: TaskId) -> Result<PhaseState, String> {
+        Ok(PhaseState::load(store, task).await?.unwrap_or_default())
+    }
+
     pub fn to_json(&self) -> String {
         serde_json::to_string(self).expect("a checkpoint serializes")
     }

@@ -4,11 +4,14 @@
 //! an input survey found. This is the SQLite half of exactly-once output; the
 //! file half is `phase::files`.
 //!
+//! A phase's progress and its own events (recorded as the daemon) are
+//! written here too, in the checkpoint's transaction.
+//!
 //! Every write here is fenced: it commits only while the task is in progress
 //! and held by the attempt that writes, checked in the same transaction.
 use super::sqlite::{Db, Param};
 use super::{now_ms, Error, Store};
-use crate::domain::TaskId;
+use crate::domain::{self, TaskId};
 
 /// Refuses a write from an attempt that no longer holds the task.
 pub(super) fn check_fence(db: &mut Db, task: TaskId, attempt: &str) -> Result<(), Error> {
@@ -35,6 +38,43 @@ pub(super) fn save_state(db: &mut Db, task: TaskId, state: &str) -> Result<(), E
         &params,
     )?;
     Ok(())
+}
+
+/// The daemon's own name in the history.
+pub const DAEMON_ACTOR: &str = "todod";
+
+pub(super) fn record(
+    db: &mut Db,
+    id: TaskId,
+    kind: &str,
+    value: Option<&str>,
+    reason: &str,
+) -> Result<i64, Error> {
+    let now = now_ms();
+    db.query_row(
+        "INSERT INTO events (plan_id, task_id, type, new_value, actor, reason, at, plan_revision) \
+         SELECT t.plan_id, t.id, ?, ?, ?, ?, ?, p.revision FROM tasks t \
+         JOIN plans p ON p.id = t.plan_id WHERE t.id = ? RETURNING seq",
+        &[
+            kind.into(),
+            value.into(),
+            DAEMON_ACTOR.into(),
+            reason.into(),
+            now.into(),
+            id.0.into(),
+        ],
+        |row| row.int(0),
+    )?
+    .ok_or_else(|| domain::Error::task_not_found(id).into())
+}
+
+/// Stores a task's progress and records it as an event; returns its seq.
+pub(super) fn save_progress(db: &mut Db, id: TaskId, progress: &str) -> Result<i64, Error> {
+    db.execute(
+        "UPDATE tasks SET progress = ?, updated_at = ? WHERE id = ?",
+        &[progress.into(), now_ms().into(), id.0.into()],
+    )?;
+    record(db, id, "progress", Some(progress), "")
 }
 
 impl Store {
@@ -127,11 +167,11 @@ impl Store {
             check_fence(db, task, attempt)?;
             save_state(db, task, state)?;
             let mut seq = match progress {
-                Some(progress) => Some(super::phases::save_progress(db, task, progress)?),
+                Some(progress) => Some(save_progress(db, task, progress)?),
                 None => None,
             };
             if let Some((kind, value)) = notice {
-                seq = Some(super::phases::record(db, task, kind, Some(value), "")?);
+                seq = Some(record(db, task, kind, Some(value), "")?);
             }
             Ok(((), seq))
         })

@@ -34,8 +34,9 @@ use tokio::sync::{watch, Mutex, Semaphore};
 use crate::domain;
 use sqlite::{Begin, Conn, Db};
 
+pub use checkpoints::DAEMON_ACTOR;
 pub use page::{NotableEvent, ProgressPoint, NOTABLE};
-pub use phases::{PhaseTask, DAEMON_ACTOR};
+pub use phases::PhaseTask;
 pub use pipeline::{AppliedPipeline, AppliedStep, PlannedStep, StepAction};
 pub use read::{EventFilter, TaskFilter};
 pub use request_ids::{Answer, Once, RequestKey, KEEP_MS as REQUEST_ID_KEEP_MS};

@@ -3,7 +3,7 @@
 //! as events but do not bump the plan's revision: they are the daemon's own
 //! bookkeeping, and an agent's expected_revision must not go stale every second
 //! while a generation runs.
-use super::checkpoints::{check_fence, save_state};
+use super::checkpoints::{check_fence, record, save_progress, save_state, DAEMON_ACTOR};
 use super::persist;
 use super::sqlite::{Db, Param};
 use super::{now_ms, Error, Store, TaskView, WriteContext};
@@ -22,43 +22,6 @@ pub struct PhaseTask {
     pub ready: bool,
     /// Paused by a client: auto-start leaves it alone until it is started.
     pub held: bool,
-}
-
-/// The daemon's own name in the history.
-pub const DAEMON_ACTOR: &str = "todod";
-
-pub(super) fn record(
-    db: &mut Db,
-    id: TaskId,
-    kind: &str,
-    value: Option<&str>,
-    reason: &str,
-) -> Result<i64, Error> {
-    let now = now_ms();
-    db.query_row(
-        "INSERT INTO events (plan_id, task_id, type, new_value, actor, reason, at, plan_revision) \
-         SELECT t.plan_id, t.id, ?, ?, ?, ?, ?, p.revision FROM tasks t \
-         JOIN plans p ON p.id = t.plan_id WHERE t.id = ? RETURNING seq",
-        &[
-            kind.into(),
-            value.into(),
-            DAEMON_ACTOR.into(),
-            reason.into(),
-            now.into(),
-            id.0.into(),
-        ],
-        |row| row.int(0),
-    )?
-    .ok_or_else(|| domain::Error::task_not_found(id).into())
-}
-
-/// Stores a task's progress and records it as an event; returns its seq.
-pub(super) fn save_progress(db: &mut Db, id: TaskId, progress: &str) -> Result<i64, Error> {
-    db.execute(
-        "UPDATE tasks SET progress = ?, updated_at = ? WHERE id = ?",
-        &[progress.into(), now_ms().into(), id.0.into()],
-    )?;
-    record(db, id, "progress", Some(progress), "")
 }
 
 /// The daemon run an attempt token belongs to (`RUN.N`).

@@ -13,7 +13,6 @@
 //! the page needs it too, as `authorization: Bearer` or as the session
 //! cookie a one-time login (`todoctl open`) sets.
 mod chart;
-pub mod logins;
 mod render;
 mod series;
 mod view;
@@ -31,14 +30,15 @@ use tokio::sync::watch;
 use tokio_stream::wrappers::ReceiverStream;
 
 use crate::api::auth::BearerAuth;
+use crate::api::logins::{self, percent_encode, Logins, COOKIE, SESSION_TTL};
 use crate::domain::TaskId;
 use crate::store::Store;
-use logins::{Logins, COOKIE, SESSION_TTL};
 
-/// What every listener's page shares: the logins and the progress series.
+/// What every listener's page shares: the logins (which the API mints) and
+/// the progress series.
 #[derive(Default)]
 pub struct Shared {
-    pub logins: Logins,
+    pub logins: Arc<Logins>,
     series: series::SeriesCache,
 }
 
@@ -197,18 +197,6 @@ async fn plan(State(page): State<Page>, Path(name): Path<String>, headers: Heade
         Err(e) if is_not_found(&e) => not_found("no such plan"),
         Err(e) => unavailable(&e),
     }
-}
-
-/// `text` safe in a URL's path segment or query string.
-pub fn percent_encode(text: &str) -> String {
-    text.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
 }
 
 #[derive(Deserialize)]

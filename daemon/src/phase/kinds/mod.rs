@@ -3,11 +3,7 @@
 //! (which kinds exist, their specs), the store's `kinds` table, the runtime,
 //! the plan file's sections and schema, the scheduler's actions, `ListKinds`
 //! (todoctl, the MCP server). Adding a kind is a module implementing
-//! [`PhaseKind`](super::kind::PhaseKind) and a line in [`TABLE`].
-pub mod adaptation;
-pub mod feasibility;
-pub mod generation;
-pub mod tokenization;
+//! [`PhaseKind`](super::kind::PhaseKind) and a line in the `table!` below.
 
 use serde_json::Value;
 
@@ -17,13 +13,22 @@ use super::Boundaries;
 use crate::domain::schedule::Action;
 use crate::domain::{Error, Kind};
 
-/// Every phase kind, in the order of a plan file's steps.
-pub static TABLE: &[&dyn AnyKind] = &[
-    &Entry::<adaptation::kind::Adaptation>::NEW,
-    &Entry::<feasibility::kind::Feasibility>::NEW,
-    &Entry::<generation::kind::Generation>::NEW,
-    &Entry::<tokenization::kind::Tokenization>::NEW,
-];
+/// Declares each kind's module and lists it in [`TABLE`]: one line a kind.
+macro_rules! table {
+    ($($module:ident => $kind:ident),+ $(,)?) => {
+        $(pub mod $module;)+
+
+        /// Every phase kind, in the order of a plan file's steps.
+        pub static TABLE: &[&dyn AnyKind] = &[$(&Entry::<$module::kind::$kind>::NEW),+];
+    };
+}
+
+table! {
+    adaptation => Adaptation,
+    feasibility => Feasibility,
+    generation => Generation,
+    tokenization => Tokenization,
+}
 
 /// The phase kind `kind`, if it is one.
 pub fn get(kind: Kind) -> Option<&'static dyn AnyKind> {

@@ -41,13 +41,6 @@ impl Format {
     }
 }
 
-/// A turn read back from rendered text.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Message {
-    pub role: String,
-    pub content: String,
-}
-
 /// One prompt, whatever shape it came in: its messages in the chat API's
 /// shape (see [`crate::messages`]) and the tools and options beside them.
 #[derive(Debug, Clone, PartialEq)]
@@ -401,14 +394,7 @@ fn sharegpt(object: &Map<String, Value>, reading: &Reading) -> Result<Vec<Value>
 
 /// Reads one line into a conversation, or why not.
 pub fn read(bytes: &[u8], number: u64, reading: &Reading) -> Result<Conversation, String> {
-    let text = std::str::from_utf8(bytes).map_err(|_| "not valid UTF-8".to_string())?;
-    if text.trim().is_empty() {
-        return Err("blank line".into());
-    }
-    let value: Value = serde_json::from_str(text).map_err(|e| format!("not JSON: {e}"))?;
-    let Value::Object(object) = value else {
-        return Err("not a JSON object".into());
-    };
+    let object = crate::phase::lines::json_object(bytes)?;
     let format =
         match reading.format.or_else(|| detect(&object)) {
             Some(f) => f,

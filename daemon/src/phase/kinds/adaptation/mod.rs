@@ -155,7 +155,7 @@ impl LineSet {
 /// `count` distinct line numbers of `1..=lines`, chosen by `seed` (Floyd's
 /// algorithm): the same numbers for the same file and seed, on every run.
 fn sample_lines(lines: u64, count: u64, seed: u64) -> LineSet {
-    let mut rng = crate::phase::kinds::feasibility::stats::SplitMix(seed);
+    let mut rng = crate::phase::sample::SplitMix(seed);
     let mut chosen = LineSet::new(lines);
     for j in (lines - count + 1)..=lines {
         let t = 1 + rng.next_u64() % j;
@@ -367,7 +367,7 @@ impl RecordPhase for Adaptation {
     /// The generation that takes these prompts refuses longer lines, so
     /// they are refused here, before any GPU time is spent.
     fn max_line_bytes(&self) -> usize {
-        crate::phase::kinds::generation::prompts::MAX_LINE_BYTES
+        crate::phase::lines::MAX_PROMPT_LINE_BYTES
     }
 
     /// A line the sample leaves out has no id here: it cannot make a
@@ -580,9 +580,7 @@ fn verdict(spec: &AdaptationSpec, mut state: PhaseState, template: Option<&str>)
 
 /// Runs (or resumes) one attempt; `Err` breaks it off (see `kind.rs`).
 async fn run_inner(run: &RunContext, spec: AdaptationSpec) -> Result<Ended, String> {
-    let mut state = PhaseState::load(&run.store, run.task)
-        .await?
-        .unwrap_or_default();
+    let mut state = PhaseState::resume(&run.store, run.task).await?;
     let mut setup: Setup = serde_json::from_value(state.setup.clone()).unwrap_or_default();
     if state.closed {
         return Ok(verdict(&spec, state, setup.template.as_deref()));

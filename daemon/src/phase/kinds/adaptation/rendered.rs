@@ -6,7 +6,12 @@
 //! never guessed. Plain logic, no I/O.
 use serde::{Deserialize, Serialize};
 
-use super::formats::Message;
+/// A turn read back from rendered text.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Message {
+    pub role: String,
+    pub content: String,
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

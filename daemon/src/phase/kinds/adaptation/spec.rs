@@ -349,13 +349,13 @@ impl AdaptationSpec {
         if let Some(template) = &spec.chat_template {
             spec.chat_template = Some(check::input_file("chat_template", template, bounds)?);
         }
-        let mut claims = Vec::new();
-        for (name, path) in [("output", &mut spec.output), ("rejects", &mut spec.rejects)] {
-            let overwrite = spec.overwrite || own.contains(&path.display().to_string());
-            let claim = check::output_file(name, path, overwrite, bounds)?;
-            *path = PathBuf::from(&claim.path);
-            claims.push(claim);
-        }
+        let overwrite = spec.overwrite;
+        let claims = check::claim_outputs(
+            &mut [("output", &mut spec.output), ("rejects", &mut spec.rejects)],
+            overwrite,
+            own,
+            bounds,
+        )?;
         check::distinct(&claims, &[("spec.input".into(), spec.input.clone())])?;
         let mut value: Value = serde_json::from_str(json).expect("parsed above");
         value["input"] = Value::String(spec.input.display().to_string());

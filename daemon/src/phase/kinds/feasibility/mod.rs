@@ -300,9 +300,7 @@ fn summary(figures: &[Figures]) -> Value {
 
 /// Runs (or resumes) one attempt; `Err` breaks it off (see `kind.rs`).
 async fn run_inner(run: &RunContext, spec: FeasibilitySpec) -> Result<Ended, String> {
-    let mut state = PhaseState::load(&run.store, run.task)
-        .await?
-        .unwrap_or_default();
+    let mut state = PhaseState::resume(&run.store, run.task).await?;
     if state.closed {
         // A retry after a verdict: measure again, from nothing.
         state = PhaseState {

@@ -38,9 +38,6 @@ async fn feasibility(
         .get_task(task)
         .await
         .map_err(|e| format!("cannot read {task}: {e}"))?;
-    if t.kind != super::kind::KIND {
-        return Ok(None);
-    }
     let Some(result) = t.result.as_deref().and_then(results::parse) else {
         return Ok(None);
     };

@@ -11,7 +11,7 @@ use crate::inference::Api;
 use crate::messages::{self, Request, ToolArguments};
 
 /// Lines longer than this are rejected without being read.
-pub const MAX_LINE_BYTES: usize = 1 << 20;
+pub const MAX_LINE_BYTES: usize = crate::phase::lines::MAX_PROMPT_LINE_BYTES;
 
 /// One usable line.
 #[derive(Debug, Clone)]
@@ -92,10 +92,8 @@ pub fn parse(
     carry_line: bool,
 ) -> Result<Prompt, Rejected> {
     let reject = |reason: String| Rejected { line, reason };
-    let text = std::str::from_utf8(bytes).map_err(|_| reject("not valid UTF-8".into()))?;
-    if text.trim().is_empty() {
-        return Err(reject("blank line".into()));
-    }
+    // Read field by field (a prompt's big parts stay raw JSON text).
+    let text = crate::phase::lines::line_text(bytes).map_err(reject)?;
     let mut de = serde_json::Deserializer::from_str(text);
     let fields = FieldsSeed(id_field)
         .deserialize(&mut de)
@@ -109,13 +107,8 @@ pub fn parse(
         })?;
     let id = match &fields.id {
         None => format!("line-{line}"),
-        Some(Value::String(s)) if !s.is_empty() => s.clone(),
-        Some(Value::Number(n)) => n.to_string(),
-        Some(other) => {
-            return Err(reject(format!(
-                "{id_field} is {other}, not a string or number"
-            )))
-        }
+        Some(v) => crate::phase::lines::id_text(v)
+            .ok_or_else(|| reject(format!("{id_field} is {v}, not a string or number")))?,
     };
     let mut request_fields = Vec::new();
     let input = match api {

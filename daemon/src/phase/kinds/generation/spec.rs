@@ -151,17 +151,17 @@ impl GenerationSpec {
         let raw: Raw = check::parse(json)?;
         let mut spec = typed(raw)?;
         spec.prompts = check::input_file("prompts", &spec.prompts, bounds)?;
-        let mut claims = Vec::new();
-        for (name, path) in [
-            ("output", &mut spec.output),
-            ("failures", &mut spec.failures),
-            ("rejects", &mut spec.rejects),
-        ] {
-            let overwrite = spec.overwrite || own.contains(&path.display().to_string());
-            let claim = check::output_file(name, path, overwrite, bounds)?;
-            *path = PathBuf::from(&claim.path);
-            claims.push(claim);
-        }
+        let overwrite = spec.overwrite;
+        let claims = check::claim_outputs(
+            &mut [
+                ("output", &mut spec.output),
+                ("failures", &mut spec.failures),
+                ("rejects", &mut spec.rejects),
+            ],
+            overwrite,
+            own,
+            bounds,
+        )?;
         check::distinct(&claims, &[("spec.prompts".into(), spec.prompts.clone())])?;
         for (i, url) in spec.endpoints.iter_mut().enumerate() {
             *url = check::endpoint(&format!("endpoints[{i}]"), url)?;

@@ -379,9 +379,7 @@ fn verdict(spec: &TokenizationSpec, mut state: PhaseState, manifest: Option<Valu
 
 /// Runs (or resumes) one attempt; `Err` breaks it off (see `kind.rs`).
 async fn run_inner(run: &RunContext, spec: TokenizationSpec) -> Result<Ended, String> {
-    let mut state = PhaseState::load(&run.store, run.task)
-        .await?
-        .unwrap_or_default();
+    let mut state = PhaseState::resume(&run.store, run.task).await?;
     if state.closed {
         return Ok(verdict(&spec, state, None));
     }

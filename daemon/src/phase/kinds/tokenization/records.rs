@@ -57,19 +57,8 @@ fn text_of(value: Option<&Value>) -> Option<&str> {
 
 /// Parses one line into a record for `mode`; `Err` is why it is rejected.
 pub fn parse(bytes: &[u8], number: u64, spec: &TokenizationSpec) -> Result<Record, String> {
-    let text = std::str::from_utf8(bytes).map_err(|_| "not valid UTF-8".to_string())?;
-    if text.trim().is_empty() {
-        return Err("blank line".into());
-    }
-    let value: Value = serde_json::from_str(text).map_err(|e| format!("not JSON: {e}"))?;
-    let Value::Object(object) = value else {
-        return Err("not a JSON object".into());
-    };
-    let id = match object.get("id") {
-        None => format!("line-{number}"),
-        Some(v) => crate::phase::lines::id_text(v)
-            .ok_or_else(|| format!("id is {v}, not a string or number"))?,
-    };
+    let object = crate::phase::lines::json_object(bytes)?;
+    let id = crate::phase::lines::record_id(&object, "id", number)?;
     let length_finish = text_of(object.get("finish_reason")) == Some("length");
     let messages = |key: &str| -> Result<Vec<Value>, String> {
         let value = object.get(key).unwrap_or(&Value::Null);

@@ -1,4 +1,5 @@
-//! One-time logins to the status page and the sessions they open.
+//! One-time logins to the status page and the sessions they open: minted
+//! by the API (`OpenPage`), spent and checked by the page (`http::page`).
 //!
 //! Whoever may call the API may open the page: `todoctl open` asks the
 //! daemon (over the API, so with its token or on its private socket) for a
@@ -17,6 +18,18 @@ pub const SESSION_TTL: Duration = Duration::from_secs(12 * 3600);
 /// Codes or sessions held at most; the oldest go first (a client that asks
 /// for codes in a loop fills no memory).
 const MAX_HELD: usize = 1024;
+
+/// `text` safe in a URL's path segment or query string.
+pub fn percent_encode(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
 
 /// The name of the session cookie.
 pub const COOKIE: &str = "todod_session";
