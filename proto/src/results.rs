@@ -379,6 +379,26 @@ pub struct TokenizationResult {
     pub tokenizer: Option<Value>,
 }
 
+/// A filter task's result: the records kept, and the others by reason.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct FilterResult {
+    /// Records kept (in the output file).
+    pub records: u64,
+    /// Records left out (in the rejects file, each with its reason).
+    pub removed: u64,
+    /// `exact_duplicate`, `near_duplicate`, `length_finish`, `empty`,
+    /// `refusal`, `too_short`, `too_long`, `contaminated`.
+    pub removed_by_reason: BTreeMap<String, u64>,
+    /// Lines that were not a record at all.
+    pub rejected: u64,
+    /// Lines of the input.
+    pub lines: u64,
+    pub output: String,
+    pub rejects: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub near_duplicate_threshold: Option<f64>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

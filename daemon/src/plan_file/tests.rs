@@ -81,6 +81,62 @@ fn without_adaptation_the_generation_reads_the_prompt_set() {
 }
 
 #[test]
+fn a_filter_section_puts_the_filter_between_generation_and_tokenization() {
+    let p = parse(
+        &with("[filter]\nnear_duplicates = { threshold = 0.9 }"),
+        None,
+    )
+    .unwrap();
+    let steps = derive(&p);
+    let sections: Vec<_> = steps.iter().map(|s| s.section).collect();
+    assert_eq!(
+        sections,
+        [
+            "adaptation",
+            "feasibility",
+            "generation",
+            "filter",
+            "tokenization"
+        ]
+    );
+    let (gen, filter, tok) = (&steps[2].spec, &steps[3].spec, &steps[4].spec);
+    assert_eq!(gen["output"], filter["input"]);
+    assert_eq!(filter["output"], tok["input"]);
+    assert_eq!(filter["near_duplicates"]["threshold"], 0.9);
+    assert!(
+        filter.get("tokenizer").is_none(),
+        "no token bounds, no tokenizer"
+    );
+    assert_eq!(steps[3].depends_on, ["generation"]);
+    assert_eq!(steps[4].depends_on, ["filter"]);
+    assert_eq!(steps[4].file_path("spec.input"), "filter (its output)");
+    // Token bounds count in the model's tokenizer.
+    let p = parse(&with("[filter]\nmax_tokens = 512"), None).unwrap();
+    assert_eq!(derive(&p)[3].spec["tokenizer"], "/models/smollm2");
+    // Named in `phases`, it runs without a section of its own; left out of
+    // them, its section is refused.
+    let named = GOOD.replace(
+        "output_dir =",
+        "phases = [\"generation\", \"filter\"]\noutput_dir =",
+    );
+    let p = parse(&named.replace("[budget]\nmax_hours = 2.0", ""), None).unwrap();
+    let sections: Vec<_> = derive(&p).iter().map(|s| s.section).collect();
+    assert_eq!(sections, ["generation", "filter"]);
+    let e = refusal(&with("[filter]\ninput = \"/x\""));
+    assert_eq!(e.path, "filter.input");
+    let unnamed = GOOD.replace("output_dir =", "phases = [\"generation\"]\noutput_dir =");
+    let e = refusal(&format!(
+        "{}\n[filter]\nexact_duplicates = false",
+        unnamed.replace("[budget]\nmax_hours = 2.0", "")
+    ));
+    assert_eq!(e.path, "filter", "{e}");
+    // Without it, the tokenization reads the generation's output.
+    let steps = derive(&parse(GOOD, None).unwrap());
+    assert_eq!(steps.len(), 4);
+    assert_eq!(steps[2].spec["output"], steps[3].spec["input"]);
+}
+
+#[test]
 fn rendered_prompts_go_to_the_completions_api() {
     let p = parse(&with("[adaptation]\noutput_format = \"rendered\""), None).unwrap();
     let steps = derive(&p);

@@ -27,6 +27,7 @@ table! {
     adaptation => Adaptation,
     feasibility => Feasibility,
     generation => Generation,
+    filter => Filter,
     tokenization => Tokenization,
 }
 
