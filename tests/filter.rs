@@ -147,7 +147,7 @@ async fn a_filter_killed_again_and_again_keeps_the_same_records() {
         .await
         .unwrap();
     let kills = kill_repeatedly(&mut daemon, state.path(), "kill", &id, KILLS, || {
-        Duration::from_millis(rng.below(700))
+        Duration::from_millis(rng.below(300))
     })
     .await;
     let mut c = daemon.client().await;

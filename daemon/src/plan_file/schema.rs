@@ -79,7 +79,7 @@ fn fixed() -> Map<String, Value> {
         },
         "title": { "description": "The plan's title, when the apply creates it.", "type": "string" },
         "output_dir": {
-            "description": "Every file the phases write goes here: prompts.jsonl, feasibility.html (the report) and feasibility.json (its result), completions.jsonl (+ .failures/.rejects), train.bin/.idx/.parquet. Made if missing; its parent must exist.",
+            "description": "Every file the phases write goes here: prompts.jsonl, feasibility.html (the report) and feasibility.json (its result), completions.jsonl (+ .failures/.rejects), completions.filtered.jsonl (+ .rejects) when the filter runs, train.bin/.idx/.parquet. Made if missing; its parent must exist.",
             "type": "string"
         },
         "model": {
