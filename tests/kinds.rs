@@ -117,10 +117,7 @@ async fn every_kind_of_the_table_is_known_everywhere() {
     for kind in TABLE {
         if let Some(step) = kind.step() {
             assert!(
-                phases
-                    .as_array()
-                    .unwrap()
-                    .contains(&json!(step.section)),
+                phases.as_array().unwrap().contains(&json!(step.section)),
                 "{}",
                 step.section
             );
@@ -162,14 +159,14 @@ async fn an_unknown_kind_is_refused_by_the_api_and_by_the_store() {
         run.stderr
     );
     let dir = tempfile::tempdir().unwrap();
-    let store = todod::store::Store::open(&dir.path().join("t.db")).await.unwrap();
+    let store = todod::store::Store::open(&dir.path().join("t.db"))
+        .await
+        .unwrap();
     store.close().await;
-    let mut conn = sqlx::SqliteConnection::connect(&format!(
-        "sqlite://{}",
-        dir.path().join("t.db").display()
-    ))
-    .await
-    .unwrap();
+    let mut conn =
+        sqlx::SqliteConnection::connect(&format!("sqlite://{}", dir.path().join("t.db").display()))
+            .await
+            .unwrap();
     sqlx::query("INSERT INTO plans (name, created_at, updated_at) VALUES ('p', 0, 0)")
         .execute(&mut conn)
         .await
@@ -183,5 +180,8 @@ async fn an_unknown_kind_is_refused_by_the_api_and_by_the_store() {
     };
     insert("todo").execute(&mut conn).await.unwrap();
     let refused = insert("baking").execute(&mut conn).await.unwrap_err();
-    assert!(refused.to_string().contains("unknown task kind"), "{refused}");
+    assert!(
+        refused.to_string().contains("unknown task kind"),
+        "{refused}"
+    );
 }

@@ -126,7 +126,11 @@ async fn main() {
     let ours = RECORDS as f64 / took.as_secs_f64();
     let python = std::env::var("TODOD_BENCH_PYTHON").unwrap_or_else(|_| "python3".into());
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../bench/filter_baseline.py");
-    let out = Command::new(python).arg(script).arg(&input).output().unwrap();
+    let out = Command::new(python)
+        .arg(script)
+        .arg(&input)
+        .output()
+        .unwrap();
     let baseline: Option<Value> = String::from_utf8_lossy(&out.stdout)
         .lines()
         .last()
@@ -151,7 +155,10 @@ async fn main() {
         }
         None => eprintln!(
             "BASELINE NOT RUN: {}",
-            String::from_utf8_lossy(&out.stderr).lines().last().unwrap_or("")
+            String::from_utf8_lossy(&out.stderr)
+                .lines()
+                .last()
+                .unwrap_or("")
         ),
     }
 }
