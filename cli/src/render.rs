@@ -385,6 +385,9 @@ pub fn task_details(
     field("updated", &time(&t.updated_at));
     field("started", &time(&t.started_at));
     field("finished", &time(&t.finished_at));
+    if !t.summary.is_empty() {
+        field("summary", &crate::safe::escape(&t.summary));
+    }
     if let Some(s) = &t.schedule {
         field("schedule", &schedule_text(s));
     }
