@@ -11,7 +11,7 @@ use tonic::{Request, Response, Status};
 use super::{context, convert, TodoService};
 use crate::domain::model::validate_free_text;
 use crate::domain::{Error as Rule, Priority};
-use crate::phase::{kinds, spec::plain_io};
+use crate::phase::{kinds, places};
 use crate::plan_file::{self, Step};
 use crate::proto;
 use crate::store::{NewTask, PlannedStep};
@@ -22,25 +22,6 @@ const MAX_FILE_BYTES: usize = 1024 * 1024;
 /// A refusal of a step's spec, renamed to the place in the file.
 fn in_file(step: &Step, error: Rule) -> Rule {
     error.with_field(|field| step.file_path(field))
-}
-
-/// Directories an apply made for `output_dir`, removed again (if still
-/// empty) unless the apply went through.
-#[derive(Default)]
-struct MadeDirs(Vec<PathBuf>);
-
-impl MadeDirs {
-    fn keep(mut self) {
-        self.0.clear();
-    }
-}
-
-impl Drop for MadeDirs {
-    fn drop(&mut self) {
-        for dir in self.0.iter().rev() {
-            let _ = std::fs::remove_dir(dir);
-        }
-    }
 }
 
 impl TodoService {
@@ -91,64 +72,12 @@ impl TodoService {
         );
         let place = self.bounds.clone();
         let (out, prompts, dir, made) = tokio::task::spawn_blocking(move || {
-            let canonical = |path: &std::path::Path, field: &str| {
-                std::fs::canonicalize(path).map_err(|e| {
-                    Rule::invalid(
-                        field,
-                        format!("{} cannot be used: {}", path.display(), plain_io(&e)),
-                    )
-                })
-            };
-            // The output directory is made if missing, as `mkdir -p` would:
-            // a plan's first apply should not need a mkdir first. Only where
-            // the operator allows phase files.
-            let mut made = MadeDirs::default();
-            if !out.exists() {
-                let mut existing = out.as_path();
-                let mut rest = Vec::new();
-                while !existing.exists() {
-                    rest.push(existing.file_name().unwrap_or_default());
-                    existing = existing.parent().unwrap_or(std::path::Path::new("/"));
-                }
-                let mut target = canonical(existing, "output_dir")?;
-                for part in rest.iter().rev() {
-                    if part.is_empty() || *part == ".." || *part == "." {
-                        return Err(Rule::invalid(
-                            "output_dir",
-                            format!("{} has . or .. in it; give it plainly", out.display()),
-                        ));
-                    }
-                    target.push(part);
-                }
-                place.check_place("output_dir", &target)?;
-                let mut at = target.clone();
-                let mut missing = Vec::new();
-                while !at.exists() {
-                    missing.push(at.clone());
-                    if !at.pop() {
-                        break;
-                    }
-                }
-                for dir in missing.into_iter().rev() {
-                    std::fs::create_dir(&dir).map_err(|e| {
-                        Rule::invalid(
-                            "output_dir",
-                            format!("{} cannot be made: {}", dir.display(), plain_io(&e)),
-                        )
-                    })?;
-                    made.0.push(dir);
-                }
-            }
-            let out = canonical(&out, "output_dir")?;
-            if !out.is_dir() {
-                return Err(Rule::invalid(
-                    "output_dir",
-                    format!("{} is not a directory", out.display()),
-                ));
-            }
-            let prompts = canonical(&prompts, "prompts.path")?;
-            let dir = dir.map(|d| canonical(&d, "model.dir")).transpose()?;
-            Ok((out, prompts, dir, made))
+            let (out, made) = places::make_output_dir(&out, &place)?;
+            let prompts = places::canonical(&prompts, "prompts.path")?;
+            let dir = dir
+                .map(|d| places::canonical(&d, "model.dir"))
+                .transpose()?;
+            Ok::<_, Rule>((out, prompts, dir, made))
         })
         .await
         .map_err(|_| Status::internal("internal error; see the daemon's log"))??;

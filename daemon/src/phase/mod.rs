@@ -24,6 +24,7 @@ pub mod lines;
 #[cfg(any(test, feature = "test-support"))]
 pub mod lossy_fs;
 pub mod model;
+pub mod places;
 pub mod plan_step;
 pub mod record_pipeline;
 pub mod runtime;
