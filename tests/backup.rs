@@ -404,10 +404,14 @@ async fn periodic_backups_keep_the_newest_few() {
     };
     assert!(names.len() <= 2, "kept the newest 2: {names:?}");
     for name in &names {
-        // Each a sound todod database.
-        todod::backup::inspect(&backups.path().join(name), true)
-            .await
-            .unwrap();
+        // Each a sound todod database (unless the daemon, backing up every
+        // 300 ms, has pruned it meanwhile; the newest it has not).
+        let path = backups.path().join(name);
+        match todod::backup::inspect(&path, true).await {
+            Ok(_) => {}
+            Err(_) if !path.exists() && name != names.last().unwrap() => {}
+            Err(e) => panic!("{name}: {e}"),
+        }
     }
     let noted = std::fs::read_to_string(state.path().join("last-backup")).unwrap();
     assert!(noted.contains("todod-"), "{noted}");
