@@ -110,6 +110,31 @@ fn each_rule_says_why() {
 }
 
 #[test]
+fn answers_outside_the_token_bounds_are_too_short_or_too_long_in_the_models_tokens() {
+    let dir = crate::test_fixtures::fixture("smollm2");
+    let w = work(json!({"tokenizer": dir, "min_tokens": 5, "max_tokens": 40}));
+    let tokens = |text: &str| w.tokenizer.as_ref().unwrap().encode(text, false).unwrap().ids.len();
+    let short = "Rivers flow.";
+    assert!(tokens(short) < 5, "{}", tokens(short));
+    let middle = "Rivers carry water from the hills down to the sea.";
+    assert!((5..=40).contains(&tokens(middle)), "{}", tokens(middle));
+    assert!(tokens(LONG) > 40, "{}", tokens(LONG));
+    let lines = vec![record("short", short), record("middle", middle), record("long", LONG)];
+    let (kept, left) = decide(&w, &lines);
+    assert_eq!(kept, ["middle"]);
+    assert_eq!(
+        left,
+        [("short".to_string(), "too_short"), ("long".into(), "too_long")]
+    );
+    // The reject says how many tokens the answer had.
+    let c = w.check(parse(&lines[2], 3).unwrap());
+    assert_eq!(c.left_out.unwrap().1["tokens"], tokens(LONG));
+    // Without bounds, the same answers all stay.
+    let unbounded = work(json!({"tokenizer": dir}));
+    assert_eq!(decide(&unbounded, &lines).0.len(), 3);
+}
+
+#[test]
 fn a_benchmark_item_in_a_record_is_contamination() {
     let dir = tempfile::tempdir().unwrap();
     let bench = dir.path().join("bench.jsonl");
