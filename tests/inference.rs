@@ -403,3 +403,27 @@ async fn a_connection_the_server_closed_after_a_stream_costs_no_attempt() {
     }
     assert_eq!(answered.load(std::sync::atomic::Ordering::SeqCst), 6);
 }
+
+#[tokio::test]
+async fn answers_read_to_their_end_leave_their_connection_for_the_next_request() {
+    // A response body dropped unread after `[DONE]` closes its connection:
+    // at thousands of requests in flight that is a handshake per request
+    // and a port in TIME_WAIT each. One connection must serve them all.
+    use todod_e2e::fast_mock::{FastMock, FastSettings};
+    for stream in [true, false] {
+        let mock = FastMock::start(1, FastSettings::default()).await;
+        let c = client(&[&mock.urls[0]], 1);
+        for i in 0..8 {
+            let out = c
+                .complete(&chat(&format!("question {i}"), stream))
+                .await
+                .unwrap_or_else(|f| panic!("request {i}: {f:?}"));
+            assert_eq!(
+                out.completion.content,
+                todod_e2e::fast_mock::expected_content(&format!("question {i}"), 16)
+            );
+        }
+        assert_eq!(mock.counts(), vec![8]);
+        assert_eq!(mock.connections(), 1, "streamed: {stream}");
+    }
+}

@@ -504,11 +504,37 @@ impl InferenceClient {
             };
             for event in events {
                 if acc.take(event, api)? {
+                    finish_body(&mut chunks).await;
                     return acc.finish();
                 }
             }
         }
     }
+}
+
+/// Reads what follows `[DONE]` to the body's end, briefly: a connection
+/// whose response body is dropped unread is closed, not pooled, so without
+/// this every streamed request would open a new connection (a handshake
+/// more per request, and thousands of sockets in TIME_WAIT at high
+/// concurrency). The end (the last chunk of a chunked body) follows `[DONE]`
+/// at once on every server seen; one that sends more, or waits, loses only
+/// its connection.
+async fn finish_body<S, E>(chunks: &mut S)
+where
+    S: futures::Stream<Item = Result<bytes::Bytes, E>> + Unpin,
+{
+    const AFTER_DONE: Duration = Duration::from_millis(100);
+    const MOST_BYTES: usize = 64 * 1024;
+    let _ = tokio::time::timeout(AFTER_DONE, async {
+        let mut read = 0;
+        while let Some(Ok(chunk)) = chunks.next().await {
+            read += chunk.len();
+            if read > MOST_BYTES {
+                break;
+            }
+        }
+    })
+    .await;
 }
 
 /// How soon after sending a dropped request counts as sent on a connection
