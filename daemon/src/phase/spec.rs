@@ -1,5 +1,5 @@
 //! Checking phase specs on arrival: every refusal names the spec field
-//! (`spec.concurrency: must be between 1 and 4096`), so that nothing knowable
+//! (`spec.concurrency: must be between 1 and 65536`), so that nothing knowable
 //! when a task is created is found only when its run starts.
 //!
 //! [`Boundaries`] is what the operator allows: where phase files may live
@@ -15,6 +15,11 @@ use serde::de::DeserializeOwned;
 use super::files::{Entry, Fs, RealFs};
 use crate::domain::Claim;
 use crate::domain::Error;
+
+/// The most requests a phase may keep in flight: 256 on each of 256
+/// serving replicas. Each one holds a connection (a file descriptor) and a
+/// few kB; the daemon lifts its open-files limit to the hard limit at start.
+pub const MAX_CONCURRENCY: i64 = 65_536;
 
 /// API keys may come from variables with this prefix without being named
 /// with `--secret-env`.
@@ -517,10 +522,10 @@ mod tests {
         assert_eq!(err.to_string(), "spec.prompts: is required");
         let err = parse::<Sample>(r#"{"prompts": "a", "endpoints": ["x", 5]}"#).unwrap_err();
         assert!(err.to_string().starts_with("spec.endpoints[1]:"), "{err}");
-        let err = int_in("concurrency", -1, 1..=4096).unwrap_err();
+        let err = int_in("concurrency", -1, 1..=MAX_CONCURRENCY).unwrap_err();
         assert_eq!(
             err.to_string(),
-            "spec.concurrency: must be between 1 and 4096 (got -1)"
+            "spec.concurrency: must be between 1 and 65536 (got -1)"
         );
     }
 

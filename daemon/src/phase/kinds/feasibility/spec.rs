@@ -309,7 +309,7 @@ fn typed(raw: Raw, bounds: Option<&Boundaries>) -> Result<FeasibilitySpec, Error
             }
             let mut out: Vec<usize> = levels
                 .iter()
-                .map(|&c| check::int_in("concurrency", c, 1..=4096).map(|c| c as usize))
+                .map(|&c| check::int_in("concurrency", c, 1..=check::MAX_CONCURRENCY).map(|c| c as usize))
                 .collect::<Result<_, _>>()?;
             out.sort_unstable();
             out.dedup();
@@ -365,7 +365,7 @@ fn typed(raw: Raw, bounds: Option<&Boundaries>) -> Result<FeasibilitySpec, Error
         max_concurrency: check::int_in(
             "max_concurrency",
             raw.max_concurrency.unwrap_or(256),
-            1..=4096,
+            1..=check::MAX_CONCURRENCY,
         )? as usize,
         seed: raw.seed,
         sample_size: check::int_in("sample_size", raw.sample_size.unwrap_or(1000), 1..=100_000)?

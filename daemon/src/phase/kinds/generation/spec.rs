@@ -231,7 +231,7 @@ fn typed(raw: Raw) -> Result<GenerationSpec, Error> {
     }
     let concurrency = match raw.concurrency {
         None => Some(8),
-        Some(RawConcurrency::Level(n)) => Some(check::int_in("concurrency", n, 1..=4096)? as usize),
+        Some(RawConcurrency::Level(n)) => Some(check::int_in("concurrency", n, 1..=check::MAX_CONCURRENCY)? as usize),
         Some(RawConcurrency::Word(Auto::Auto)) => None,
     };
     let failures = raw
