@@ -447,6 +447,8 @@ pub async fn run<P: RecordPhase>(
         started: Instant::now(),
         committed_at_start: 0,
         commits: run.telemetry.checkpoints(run.task, run.kind.as_str()),
+        delays: run.telemetry.record_commits(run.task, run.kind.as_str()),
+        arrived: Vec::new(),
     };
     committer.committed_at_start = committer.state.cursor.committed();
     let mut pending: BTreeMap<u64, DoneLines<P::Output>> = BTreeMap::new();
@@ -563,6 +565,10 @@ struct Committer<'a, 'o> {
     committed_at_start: u64,
     /// How long each checkpoint took, files synced to the commit.
     commits: prometheus_client::metrics::histogram::Histogram,
+    /// How long each record waited for its commit, and when the records of
+    /// the batch being built arrived.
+    delays: prometheus_client::metrics::histogram::Histogram,
+    arrived: Vec<Instant>,
 }
 
 impl Committer<'_, '_> {
@@ -579,7 +585,10 @@ impl Committer<'_, '_> {
                 counts: &mut self.state.counts,
             };
             let written = match done {
-                Done::Record(output) => phase.write(line, output, &mut files, stats),
+                Done::Record(output) => {
+                    self.arrived.push(Instant::now());
+                    phase.write(line, output, &mut files, stats)
+                }
                 Done::Rejected(reason) => {
                     files.counts.rejected += 1;
                     phase.reject(line, &reason, &mut files, stats)
@@ -653,6 +662,11 @@ impl Committer<'_, '_> {
             Err(e) => return Err(format!("cannot commit the checkpoint: {e}")),
         }
         self.commits.observe(began.elapsed().as_secs_f64());
+        let committed = Instant::now();
+        for at in self.arrived.drain(..) {
+            self.delays
+                .observe(committed.saturating_duration_since(at).as_secs_f64());
+        }
         for (output, state) in self.outputs.iter_mut().zip(synced) {
             output.committed(state);
         }

@@ -108,6 +108,9 @@ pub(crate) struct Instruments {
     pub first_token: Family<TaskLabels, Histogram>,
     pub per_token: Family<TaskLabels, Histogram>,
     pub checkpoint: Family<TaskLabels, Histogram>,
+    /// From an answer's last byte (its record handed to the committer) to
+    /// the commit of the checkpoint that holds it.
+    pub record_commit: Family<TaskLabels, Histogram>,
     pub server: server_metrics::Exported,
 }
 
@@ -137,6 +140,7 @@ impl Telemetry {
                 first_token: Family::new_with_constructor(token),
                 per_token: Family::new_with_constructor(token),
                 checkpoint: Family::new_with_constructor(commit),
+                record_commit: Family::new_with_constructor(token),
                 server: server_metrics::Exported::default(),
             }),
         }
@@ -168,6 +172,14 @@ impl Telemetry {
     /// The histogram a phase task's checkpoint commits go into.
     pub fn checkpoints(&self, task: impl ToString, kind: &str) -> Histogram {
         self.inner.checkpoint.get_or_create_owned(&TaskLabels {
+            task: task.to_string(),
+            kind: kind.to_string(),
+        })
+    }
+
+    /// The histogram of a phase task's records' waits for their commit.
+    pub fn record_commits(&self, task: impl ToString, kind: &str) -> Histogram {
+        self.inner.record_commit.get_or_create_owned(&TaskLabels {
             task: task.to_string(),
             kind: kind.to_string(),
         })

@@ -161,6 +161,12 @@ impl Telemetry {
             i.checkpoint.clone(),
         );
         r.register_with_unit(
+            "todod_record_commit_delay",
+            "Time from a record's answer (its last byte) to the commit that holds it",
+            Unit::Seconds,
+            i.record_commit.clone(),
+        );
+        r.register_with_unit(
             "todod_store_write",
             "Time a store write took, waiting for the writer included",
             Unit::Seconds,
