@@ -20,6 +20,21 @@ use crate::store::Store;
 
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
+/// Requests in flight that one thread of a run keeps up with: about 16k
+/// streamed answers a second at 1 s each, measured (BENCHMARKS.md, the
+/// cluster benchmark), with room left for answers that come faster.
+const REQUESTS_PER_THREAD: usize = 4096;
+
+/// The threads a run with `in_flight` requests at once gets: one up to
+/// [`REQUESTS_PER_THREAD`], one more for each more, at most the machine's
+/// cores.
+pub fn threads_for(in_flight: usize) -> usize {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    in_flight
+        .div_ceil(REQUESTS_PER_THREAD)
+        .clamp(1, cores.max(1))
+}
+
 /// A spec as its kind accepted it.
 #[derive(Debug, Clone)]
 pub struct Checked<S> {
@@ -101,6 +116,14 @@ pub trait PhaseKind: Send + Sync + 'static {
         spec: Self::Spec,
     ) -> impl Future<Output = Result<Ended, String>> + Send;
 
+    /// How many threads the run's runtime gets. One, the default, lets a
+    /// request, its connection and the committer wake each other without
+    /// crossing threads (the cheapest per record); a run with more requests
+    /// in flight than a core keeps up with asks for more ([`threads_for`]).
+    fn threads(_context: &RunContext, _spec: &Self::Spec) -> impl Future<Output = usize> + Send {
+        async { 1 }
+    }
+
     /// What `status` and the status page show of a finished task.
     fn view(result: &Self::Result) -> View;
 
@@ -136,6 +159,9 @@ pub trait AnyKind: Send + Sync {
     fn check(&self, json: &str, bounds: &Boundaries, own: &[String]) -> Result<Checked<()>, Error>;
     /// The run of one attempt, with the stored spec parsed first.
     fn run(&self, context: RunContext) -> BoxFuture<'static, Ended>;
+    /// The threads its run's runtime gets (1 if the stored spec is not valid:
+    /// the run then breaks off at once anyway).
+    fn threads<'a>(&'a self, context: &'a RunContext) -> BoxFuture<'a, usize>;
     fn progress_in_records(&self) -> bool;
     /// What to show of a finished task; `None` when its result is not this
     /// kind's.
@@ -205,6 +231,15 @@ impl<K: PhaseKind> AnyKind for Entry<K> {
         })
     }
 
+    fn threads<'a>(&'a self, context: &'a RunContext) -> BoxFuture<'a, usize> {
+        Box::pin(async move {
+            match K::parse(&context.spec) {
+                Ok(spec) => K::threads(context, &spec).await.max(1),
+                Err(_) => 1,
+            }
+        })
+    }
+
     fn progress_in_records(&self) -> bool {
         K::PROGRESS_IN_RECORDS
     }
@@ -229,5 +264,21 @@ impl<K: PhaseKind> AnyKind for Entry<K> {
         task: TaskId,
     ) -> BoxFuture<'a, Result<Option<String>, String>> {
         Box::pin(K::report(store, task))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::threads_for;
+
+    #[test]
+    fn a_run_gets_a_thread_for_each_few_thousand_requests_in_flight_up_to_the_cores() {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        assert_eq!(threads_for(0), 1);
+        assert_eq!(threads_for(64), 1);
+        assert_eq!(threads_for(4096), 1);
+        assert_eq!(threads_for(4097), 2.min(cores));
+        assert_eq!(threads_for(16_384), 4.min(cores));
+        assert_eq!(threads_for(1 << 20), cores);
     }
 }

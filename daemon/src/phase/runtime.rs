@@ -170,17 +170,27 @@ async fn run_kind(kind: crate::domain::Kind, context: RunContext) -> Ended {
 
 /// Runs the attempt on a thread of its own, with a single-threaded runtime:
 /// its requests, their connections and its committer then wake each other
-/// without crossing threads, which on a busy run is most of its CPU. The
+/// without crossing threads, which on a busy run is most of its CPU. A run
+/// with more requests in flight than one core keeps up with (its kind says:
+/// `PhaseKind::threads`) gets a runtime of that many threads instead. The
 /// API and the store stay on the daemon's runtime. `Err` is a panic's
 /// message.
 async fn on_own_thread(kind: crate::domain::Kind, context: RunContext) -> Result<Ended, String> {
+    let threads = match kinds::get(kind) {
+        Some(k) => k.threads(&context).await,
+        None => 1,
+    };
     let (done, ended) = tokio::sync::oneshot::channel();
     let name = format!("{kind}-{}", context.task);
     let spawned = std::thread::Builder::new().name(name).spawn(move || {
-        let runtime = match tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-        {
+        let mut builder = if threads > 1 {
+            let mut b = tokio::runtime::Builder::new_multi_thread();
+            b.worker_threads(threads);
+            b
+        } else {
+            tokio::runtime::Builder::new_current_thread()
+        };
+        let runtime = match builder.enable_all().build() {
             Ok(runtime) => runtime,
             Err(e) => {
                 let _ = done.send(Ok(Ended::broke_off(format!(

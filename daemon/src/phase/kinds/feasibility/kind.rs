@@ -88,6 +88,16 @@ impl PhaseKind for Feasibility {
         super::run_inner(context, spec).await
     }
 
+    async fn threads(_context: &RunContext, spec: &FeasibilitySpec) -> usize {
+        // The sweep's highest level.
+        let top = spec
+            .levels
+            .as_ref()
+            .and_then(|levels| levels.iter().max().copied())
+            .unwrap_or(spec.max_concurrency);
+        crate::phase::kind::threads_for(top)
+    }
+
     fn view(r: &FeasibilityResult) -> View {
         let summary = match (&r.projection, &r.choice) {
             (Some(p), Some(c)) => format!(

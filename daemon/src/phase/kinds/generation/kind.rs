@@ -76,6 +76,19 @@ impl PhaseKind for Generation {
         super::run_inner(context, spec).await
     }
 
+    async fn threads(context: &RunContext, spec: &GenerationSpec) -> usize {
+        // "auto" is the level its feasibility chose.
+        let in_flight = match spec.concurrency {
+            Some(c) => c,
+            None => super::held::of(&context.store, context.task)
+                .await
+                .ok()
+                .flatten()
+                .map_or(1, |v| v.concurrency),
+        };
+        crate::phase::kind::threads_for(in_flight)
+    }
+
     fn view(r: &GenerationResult) -> View {
         let mut line = format!("{} records, {} tokens", r.records, count(r.tokens as f64));
         if r.failed > 0 {
