@@ -189,12 +189,16 @@ pub fn task(view: TaskView) -> proto::Task {
         id: view.id.to_string(),
         plan: view.plan,
         content: view.content,
-        status: view.status.to_string(),
-        priority: view.priority.to_string(),
-        kind: view.kind.to_string(),
+        // as_str, not Display: a 100k-task listing converts each of these.
+        status: view.status.as_str().to_owned(),
+        priority: view.priority.as_str().to_owned(),
+        kind: view.kind.as_str().to_owned(),
         position: view.position,
         depends_on: view.depends_on.iter().map(ToString::to_string).collect(),
-        readiness: view.readiness.map(|r| r.to_string()).unwrap_or_default(),
+        readiness: view
+            .readiness
+            .map(|r| r.as_str().to_owned())
+            .unwrap_or_default(),
         blocked_by: view.blocked_by.iter().map(ToString::to_string).collect(),
         spec_json: view.spec.unwrap_or_default(),
         progress: view.progress.as_deref().and_then(progress),
