@@ -85,6 +85,12 @@ pub fn pieces(input: &str, tokens: usize) -> Vec<String> {
     let base = format!("answer to: {input}");
     let mut out: Vec<String> = base.split_inclusive(' ').map(str::to_string).collect();
     let mut n = out.len();
+    if out.len() < tokens {
+        // The words added after the input start a word of their own.
+        if let Some(last) = out.last_mut().filter(|l| !l.ends_with(' ')) {
+            last.push(' ');
+        }
+    }
     while out.len() < tokens {
         out.push(format!("word{n} "));
         n += 1;
