@@ -26,6 +26,8 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper_util::rt::TokioIo;
 use serde_json::{json, Value};
+use todod::telemetry::process;
+use todod_e2e::gen::write_prompts;
 use todod_e2e::{create_generation, wait_task, RealDaemon};
 
 fn env(name: &str, default: f64) -> f64 {
@@ -135,42 +137,13 @@ async fn floor(urls: &[String], per: usize, stream: bool, seconds: f64) -> f64 {
     done.load(Ordering::Relaxed) as f64 / started.elapsed().as_secs_f64()
 }
 
-fn write_prompts(path: &std::path::Path, n: usize) {
-    use std::io::Write;
-    let mut f = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
-    for i in 0..n {
-        let line = json!({"id": format!("p{i}"), "messages": [{"role": "user", "content": format!("question {i}")}]});
-        writeln!(f, "{line}").unwrap();
-    }
-}
-
 /// utime + stime of `pid`, in seconds.
 fn cpu_seconds(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let fields: Vec<&str> = stat
-        .rsplit_once(')')
-        .map(|(_, rest)| rest.split_whitespace().collect())
-        .unwrap_or_default();
-    let ticks = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|v| v.parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
-    // After the name: state is field 0; utime 11, stime 12.
-    (ticks(11) + ticks(12)) / 100.0
+    process::of::cpu_seconds(pid).unwrap_or(0.0)
 }
 
 fn peak_rss_mib(pid: u32) -> f64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmHWM:"))
-                .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
-        })
-        .unwrap_or(0.0)
-        / 1024.0
+    process::of::status_bytes(pid, "VmHWM").unwrap_or(0) as f64 / (1024.0 * 1024.0)
 }
 
 /// The p99 of `todod_record_commit_delay_seconds` for `task`, from the
@@ -227,7 +200,7 @@ async fn scenario(name: &str, endpoints: usize, per: usize, stream: bool, latenc
     let dir = tempfile::tempdir().unwrap();
     let records = ((floor * seconds) as usize).max(1000);
     let prompts = dir.path().join("prompts.jsonl");
-    write_prompts(&prompts, records);
+    write_prompts(&prompts, records, false);
     let state = tempfile::tempdir().unwrap();
     let log = std::env::var("TODOD_BENCH_LOG").unwrap_or_else(|_| "warn".into());
     let daemon = RealDaemon::spawn_env(state.path(), &[], &[("RUST_LOG", &log)]);

@@ -100,15 +100,8 @@ async fn run_filter(c: &mut Client, input: &Path, output: &Path) -> (proto::Task
 }
 
 fn rss_mib(pid: u32) -> f64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
-                .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
-        })
-        .unwrap_or(0.0)
-        / 1024.0
+    todod::telemetry::process::of::status_bytes(pid, "VmRSS").unwrap_or(0) as f64
+        / (1024.0 * 1024.0)
 }
 
 #[tokio::main]

@@ -95,14 +95,7 @@ async fn run_task(c: &mut Client, plan: &str, kind: &str, spec: Value) -> (proto
 }
 
 fn rss_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
-                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
-        })
-        .unwrap_or(0)
+    todod::telemetry::process::of::status_bytes(pid, "VmRSS").unwrap_or(0) / 1024
 }
 
 #[tokio::main]

@@ -39,9 +39,32 @@ fn clock_ticks() -> f64 {
 
 /// `VmRSS:    123456 kB` in `/proc/self/status`.
 fn resident_bytes(status: &str) -> Option<u64> {
-    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    status_bytes(status, "VmRSS")
+}
+
+/// A `NAME:    123456 kB` line of a `/proc/PID/status`, in bytes.
+fn status_bytes(status: &str, name: &str) -> Option<u64> {
+    let line = status.lines().find(|l| {
+        l.strip_prefix(name)
+            .is_some_and(|rest| rest.starts_with(':'))
+    })?;
     let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kb * 1024)
+}
+
+/// Another process's figures, for benchmarks and tests that watch a
+/// daemon or a mock from outside: a `status` line in bytes (`VmRSS`, the
+/// peak `VmHWM`), and its CPU time so far.
+pub mod of {
+    pub fn status_bytes(pid: u32, name: &str) -> Option<u64> {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+        super::status_bytes(&status, name)
+    }
+
+    pub fn cpu_seconds(pid: u32) -> Option<f64> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        super::cpu_seconds(&stat, super::clock_ticks())
+    }
 }
 
 /// The soft limit of `Max open files` in `/proc/self/limits`.
@@ -76,6 +99,9 @@ mod tests {
             Some(2048 * 1024)
         );
         assert_eq!(resident_bytes("Name: x\n"), None);
+        let status = "VmHWM:\t  4096 kB\nVmRSS:\t  2048 kB\n";
+        assert_eq!(status_bytes(status, "VmHWM"), Some(4096 * 1024));
+        assert_eq!(status_bytes(status, "VmRS"), None);
         let limits = "Limit                     Soft Limit           Hard Limit           Units     \n\
                       Max open files            1024                 524288               files     \n";
         assert_eq!(max_fds(limits), Some(1024));
