@@ -115,6 +115,12 @@ async fn a_scrape_counts_what_the_run_wrote_and_every_request_it_made() {
     assert_eq!(sum(&s, "todod_request_retries_total", &this), 2.0);
     assert_eq!(sum(&s, "todod_requests_in_flight", &this), 0.0);
     assert!(sum(&s, "todod_checkpoint_commit_seconds_count", &this) >= 1.0);
+    // Each record the files hold (an answer or a failure) waited for its
+    // commit once; rejected lines are not answers.
+    assert_eq!(
+        sum(&s, "todod_record_commit_delay_seconds_count", &this),
+        (files.records + files.failed) as f64
+    );
     assert_eq!(
         sum(
             &s,
