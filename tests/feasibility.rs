@@ -859,12 +859,17 @@ async fn after_a_kill_the_drift_check_keeps_the_remeasures_projection() {
         let projected = d["projected_records_per_second"]["value"].as_f64().unwrap();
         assert_eq!(projected, found, "{d}");
     }
-    // Held against the server it found, the halved run is no drift.
+    // A drift after the restart, if the machine is slow enough to cause
+    // one, is also judged against what the re-measurement found, never the
+    // sweep's projection (whether one happens is timing, not asserted).
     let drifts = todod_e2e::task_events(&mut c, &generation, "drift").await;
-    assert!(
-        drifts.iter().all(|e| e.seq < resumed[0].seq),
-        "a drift after the restart: {drifts:?}"
-    );
+    for e in drifts.iter().filter(|e| e.seq > resumed[0].seq) {
+        let d: Value = serde_json::from_str(&e.new_value).unwrap();
+        let projected = d["records_per_second"]["projected"]["value"]
+            .as_f64()
+            .unwrap();
+        assert_eq!(projected, found, "a drift after the restart: {d}");
+    }
     daemon.terminate();
 }
 
