@@ -52,31 +52,32 @@ fn take_lease(db: &mut Db, id: TaskId, attempt: &str) -> Result<(bool, Option<i6
     Ok((true, seq))
 }
 
+/// Live phase tasks that are in progress or pending. The runtime asks after
+/// every commit, so this walks the partial index `tasks_runnable_phases`
+/// (phase tasks are few), never every task: its WHERE terms are the index's.
+const RUNNABLE_PHASE_TASKS: &str = "SELECT t.id, t.kind, t.status, COALESCE(t.spec, '{}'), \
+     t.lease_owner, NOT EXISTS (SELECT 1 FROM dependencies d JOIN tasks u \
+     ON u.id = d.depends_on WHERE d.task_id = t.id AND u.status <> 'completed'), t.held \
+     FROM tasks t JOIN plans p ON p.id = t.plan_id \
+     WHERE t.kind <> 'todo' AND t.archived_at IS NULL AND t.status IN ('in_progress', 'pending') \
+     AND p.archived_at IS NULL ORDER BY t.id";
+
 impl Store {
     /// Live phase tasks that are in progress, or pending and ready.
     pub async fn runnable_phase_tasks(&self) -> Result<Vec<PhaseTask>, Error> {
         self.read(|db| {
-            db.query(
-                "SELECT t.id, t.kind, t.status, COALESCE(t.spec, '{}'), t.lease_owner, \
-                 NOT EXISTS (SELECT 1 FROM dependencies d JOIN tasks u ON u.id = d.depends_on \
-                             WHERE d.task_id = t.id AND u.status <> 'completed'), t.held \
-                 FROM tasks t JOIN plans p ON p.id = t.plan_id \
-                 WHERE t.kind <> 'todo' AND t.archived_at IS NULL AND p.archived_at IS NULL \
-                 AND t.status IN ('in_progress', 'pending') ORDER BY t.id",
-                &[],
-                |row| {
-                    let status: Status = row.parsed(2, "status")?;
-                    Ok(PhaseTask {
-                        id: TaskId(row.int(0)?),
-                        kind: row.parsed(1, "kind")?,
-                        status,
-                        spec: row.text(3)?.to_string(),
-                        lease_owner: row.opt_text(4)?.map(str::to_string),
-                        ready: status == Status::Pending && row.int(5)? != 0,
-                        held: row.int(6)? != 0,
-                    })
-                },
-            )
+            db.query(RUNNABLE_PHASE_TASKS, &[], |row| {
+                let status: Status = row.parsed(2, "status")?;
+                Ok(PhaseTask {
+                    id: TaskId(row.int(0)?),
+                    kind: row.parsed(1, "kind")?,
+                    status,
+                    spec: row.text(3)?.to_string(),
+                    lease_owner: row.opt_text(4)?.map(str::to_string),
+                    ready: status == Status::Pending && row.int(5)? != 0,
+                    held: row.int(6)? != 0,
+                })
+            })
         })
         .await
     }
@@ -187,5 +188,37 @@ impl Store {
             Ok(((), last))
         })
         .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The runtime's look after each commit must not scan every task: on a
+    /// daemon with a 100k-task todo plan that was a scan per write.
+    #[tokio::test]
+    async fn the_runtimes_look_walks_the_phase_index_not_every_task() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("todod.db")).await.unwrap();
+        let plan = store
+            .read(|db| {
+                db.query(
+                    &format!("EXPLAIN QUERY PLAN {RUNNABLE_PHASE_TASKS}"),
+                    &[],
+                    |row| Ok(row.text(3)?.to_string()),
+                )
+            })
+            .await
+            .unwrap();
+        // "SCAN t USING INDEX tasks_runnable_phases" walks the partial
+        // index (the phase tasks only); a bare "SCAN t" is every task.
+        assert!(!plan.iter().any(|step| step == "SCAN t"), "{plan:?}");
+        assert!(
+            plan.iter()
+                .any(|step| step.contains("tasks_runnable_phases")),
+            "{plan:?}"
+        );
+        store.close().await;
     }
 }
