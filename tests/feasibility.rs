@@ -105,7 +105,13 @@ fn lines(path: &Path) -> usize {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_knee_is_chosen_and_the_projection_holds_for_the_generation_that_follows() {
-    let mock = MockOpenAi::start(four_slots()).await;
+    // With its own /metrics: past the knee it says it queues, which is
+    // what lets two flat doublings end the sweep.
+    let mock = MockOpenAi::start(Settings {
+        metrics: ServerMetrics::Vllm,
+        ..four_slots()
+    })
+    .await;
     let dir = tempfile::tempdir().unwrap();
     write_prompts(&dir.path().join("prompts.jsonl"), 600, false);
     let report = dir.path().join("feasibility.html");
@@ -180,8 +186,9 @@ async fn the_knee_is_chosen_and_the_projection_holds_for_the_generation_that_fol
         last.detail_json.contains("\"stage\":\"decided\""),
         "{last:?}"
     );
-    // Past the knee two flat doublings (8, 16) stop the geometric sweep;
-    // between 2 and the best a level is measured too.
+    // Past the knee two flat doublings (8, 16), with requests queued on
+    // the server, stop the geometric sweep; between 2 and the best a level
+    // is measured too.
     assert_eq!(
         levels
             .iter()

@@ -209,16 +209,28 @@ pub fn summarize(samples: &[ServerSample]) -> Option<Summary> {
     })
 }
 
+/// A KV cache this full holds no more sequences.
+const KV_FULL: f64 = 0.95;
+/// Requests waiting for a slot on average: the server queues.
+const QUEUED: f64 = 0.5;
+
+/// Whether the server was full: requests queued for a slot, or its KV
+/// cache full. More requests in flight then only wait.
+pub fn full(summary: &Summary) -> bool {
+    summary.waiting.is_some_and(|w| w >= QUEUED)
+        || summary.max_kv_cache_usage.is_some_and(|kv| kv >= KV_FULL)
+}
+
 /// What limited a level run at `concurrency`, as far as the server's
 /// figures (`summary`) say.
 pub fn limit(summary: &Summary, concurrency: u32) -> Option<String> {
-    if let Some(kv) = summary.max_kv_cache_usage.filter(|kv| *kv >= 0.95) {
+    if let Some(kv) = summary.max_kv_cache_usage.filter(|kv| *kv >= KV_FULL) {
         return Some(format!(
             "the KV cache was full ({:.0}% used at most)",
             kv * 100.0
         ));
     }
-    if let Some(waiting) = summary.waiting.filter(|w| *w >= 0.5) {
+    if let Some(waiting) = summary.waiting.filter(|w| *w >= QUEUED) {
         return Some(format!(
             "requests queued on the server ({waiting:.1} waiting on average)"
         ));
