@@ -179,6 +179,16 @@ async fn the_knee_is_chosen_and_the_projection_holds_for_the_generation_that_fol
         "level {top} was measured, the server never had more than {} requests at once",
         mock.max_in_flight()
     );
+    // The level chosen was measured once more, after the sweep, and said
+    // so; the projection is that second window's.
+    assert_eq!(r["confirmation"]["concurrency"], 4, "{r:#}");
+    assert!(r["confirmation"]["requests"].as_u64().unwrap() > 0, "{r:#}");
+    let confirming = todod_e2e::task_events(&mut c, &feasibility, "progress")
+        .await
+        .iter()
+        .filter(|e| e.new_value.contains("\"stage\":\"confirming\""))
+        .count();
+    assert_eq!(confirming, 1, "one confirmation announced");
     // Its last progress is where the sweep ended, not a level half done.
     let last = measured.progress.as_ref().unwrap();
     assert_eq!((last.done, last.total), (n, n), "{last:?}");

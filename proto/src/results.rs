@@ -170,6 +170,11 @@ pub struct FeasibilityResult {
     pub sample: SweepSample,
     pub warmup: Warmup,
     pub levels: Vec<LevelFigures>,
+    /// The chosen level measured again after the sweep, in a window of its
+    /// own: the projection is made from it (a level chosen for measuring
+    /// best is likely to have measured high).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub confirmation: Option<LevelFigures>,
     pub sweep_stopped: Option<String>,
     #[serde(default)]
     pub measured_by: Vec<MeasuredBy>,

@@ -57,6 +57,27 @@ struct Sweep {
     /// often the run was interrupted.
     #[serde(default)]
     warmup_notes: Option<Vec<String>>,
+    /// The chosen level measured once more, after the sweep: see
+    /// [`Step::Confirm`].
+    #[serde(default)]
+    confirmation: Option<Level>,
+}
+
+/// What the next measurement is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Step {
+    /// A level of the plan (1, 2, 4, ... or the levels given).
+    Sweep,
+    /// Between the best level and a neighbour that differs from it.
+    Between,
+    /// The level the sweep would choose, measured again in a window of its
+    /// own. Choosing the level that measured best picks, among levels
+    /// within their noise, the one whose window ran fast: on llama.cpp's
+    /// server the chosen level's first window was 20-25 % faster than the
+    /// generation that followed, in two runs of three. A second
+    /// measurement of that one level is not chosen for being high, so the
+    /// projection is made from it.
+    Confirm,
 }
 
 impl Sweep {
@@ -68,6 +89,15 @@ impl Sweep {
             .map(|l| l.concurrency)
             .filter(|c| !planned.contains(c))
             .collect()
+    }
+
+    /// What measuring took, the confirmation included.
+    fn spent_seconds(&self) -> f64 {
+        self.levels
+            .iter()
+            .chain(&self.confirmation)
+            .map(|l| l.wall_seconds)
+            .sum()
     }
 }
 
@@ -203,7 +233,7 @@ fn next_level(
     sweep: &mut Sweep,
     planned: &[usize],
     records: u64,
-) -> Option<usize> {
+) -> Option<(usize, Step)> {
     if sweep.cut_short.is_some() {
         return None;
     }
@@ -211,7 +241,7 @@ fn next_level(
     let figures: Vec<Figures> = sweep.levels.iter().map(Level::figures).collect();
     let next = if sweep.stopped_because.is_none() {
         match planned.iter().copied().find(|&c| !measured(c)) {
-            Some(c) => Some(c),
+            Some(c) => Some((c, Step::Sweep)),
             None => {
                 sweep.stopped_because = Some(match &spec.levels {
                     Some(_) => "every level given was measured".into(),
@@ -225,30 +255,52 @@ fn next_level(
     };
     // Given levels are measured as given; a geometric sweep then measures
     // between the best and its neighbours.
-    let next = next.or_else(|| {
-        if spec.levels.is_some() {
-            return None;
-        }
-        sweep::between(&figures, &rules(spec)).into_iter().next()
-    })?;
+    let next = next
+        .or_else(|| {
+            if spec.levels.is_some() {
+                return None;
+            }
+            let c = sweep::between(&figures, &rules(spec)).into_iter().next()?;
+            Some((c, Step::Between))
+        })
+        .or_else(|| {
+            // A geometric sweep of more than one level confirms its choice;
+            // levels given (a re-measurement's one level) are what is asked.
+            if spec.levels.is_some() || sweep.levels.len() < 2 || sweep.confirmation.is_some() {
+                return None;
+            }
+            let (index, _) = choose(spec, &figures)?;
+            Some((figures[index].concurrency, Step::Confirm))
+        })?;
     // Within the sweep's budget: what it spent and what the next level is
     // likely to cost (as much as the last one did).
-    let spent: f64 = sweep.levels.iter().map(|l| l.wall_seconds).sum();
+    let spent = sweep.spent_seconds();
     let likely = sweep.levels.last().map_or(0.0, |l| l.wall_seconds);
     let run = projected_run_seconds(spec, &figures, records);
     let allowed = sweep::allowed_seconds(run, spec.max_sweep_share, spec.min_sweep_seconds);
     sweep.allowed_seconds = Some(allowed);
     if !sweep.levels.is_empty() && spent + likely > allowed {
         sweep.cut_short = Some(format!(
-            "the sweep's budget: {spent:.0} s spent, and concurrency {next} would take about \
+            "the sweep's budget: {spent:.0} s spent, and concurrency {} would take about \
              {likely:.0} s more, over the {allowed:.0} s allowed ({:.0}% of the projected run, \
              at least {:.0} s)",
+            next.0,
             spec.max_sweep_share * 100.0,
             spec.min_sweep_seconds
         ));
         return None;
     }
     Some(next)
+}
+
+/// The level the rules choose among `figures` (sorted or not), and why.
+fn choose(spec: &FeasibilitySpec, figures: &[Figures]) -> Option<(usize, String)> {
+    stats::choose(
+        figures,
+        spec.choose,
+        spec.max_error_rate,
+        spec.max_p99_latency_seconds,
+    )
 }
 
 /// How long the run takes at the best level measured so far, roughly (the
@@ -269,7 +321,7 @@ fn cost(
     sweep: &Sweep,
     projection: Option<&projection::Projection>,
 ) -> SweepCost {
-    let spent: f64 = sweep.levels.iter().map(|l| l.wall_seconds).sum();
+    let spent = sweep.spent_seconds();
     let run = projection.map(|p| p.hours.value * 3600.0);
     SweepCost {
         seconds: spent,
@@ -368,16 +420,19 @@ async fn run_inner(run: &RunContext, spec: FeasibilitySpec) -> Result<Ended, Str
     );
     loop {
         let figures: Vec<Figures> = sweep.levels.iter().map(Level::figures).collect();
-        let Some(c) = next_level(&spec, &mut sweep, &planned, records) else {
+        let Some((c, step)) = next_level(&spec, &mut sweep, &planned, records) else {
             break;
         };
-        let between = sweep.stopped_because.is_some();
         let note = json!({
-            "stage": "measuring",
-            "message": if between {
-                format!("measuring concurrency {c}, between the best level and a neighbour")
-            } else {
-                format!("measuring concurrency {c}")
+            "stage": if step == Step::Confirm { "confirming" } else { "measuring" },
+            "message": match step {
+                Step::Sweep => format!("measuring concurrency {c}"),
+                Step::Between => {
+                    format!("measuring concurrency {c}, between the best level and a neighbour")
+                }
+                Step::Confirm => format!(
+                    "measuring concurrency {c} again: the level chosen, in a window of its own"
+                ),
             },
             "done": sweep.levels.len(),
             "total": planned.len().max(sweep.levels.len() + 1),
@@ -405,8 +460,12 @@ async fn run_inner(run: &RunContext, spec: FeasibilitySpec) -> Result<Ended, Str
         };
         level.measured_by = run.attempt.clone();
         level.server = server.summary_since(began);
-        sweep.levels.push(level);
-        if !between {
+        if step == Step::Confirm {
+            sweep.confirmation = Some(level);
+        } else {
+            sweep.levels.push(level);
+        }
+        if step == Step::Sweep {
             // The geometric levels, in the order measured, decide its stop;
             // given levels stop only on errors.
             let geometric: Vec<Figures> = sweep
@@ -496,12 +555,7 @@ fn decide(
     let mut levels: Vec<&Level> = sweep.levels.iter().collect();
     levels.sort_by_key(|l| l.concurrency);
     let figures: Vec<Figures> = levels.iter().map(|l| l.figures()).collect();
-    let chosen = stats::choose(
-        &figures,
-        spec.choose,
-        spec.max_error_rate,
-        spec.max_p99_latency_seconds,
-    );
+    let chosen = choose(spec, &figures);
     let mut reasons = Vec::new();
     let mut choice = None;
     let mut projected = None;
@@ -519,15 +573,26 @@ fn decide(
             });
         }
         Some((index, why)) => {
-            let level = levels[index];
+            // The projection is the confirmation's, when it measured the
+            // level chosen and answered (see `Step::Confirm`).
+            let level = match &sweep.confirmation {
+                Some(again)
+                    if again.concurrency == levels[index].concurrency
+                        && !again.samples.is_empty() =>
+                {
+                    again
+                }
+                _ => levels[index],
+            };
             choice = Some(Choice {
                 concurrency: level.concurrency,
                 why,
             });
-            let lengths = projection::prompt_lengths(sweep.levels.iter());
+            let lengths =
+                projection::prompt_lengths(sweep.levels.iter().chain(&sweep.confirmation));
             match projection::project(level, &lengths, records, &spec.price, seed) {
                 Some(projection) => {
-                    reasons = projection::verdict(&projection, &figures[index], &spec.budget);
+                    reasons = projection::verdict(&projection, &level.figures(), &spec.budget);
                     projected = Some(projection);
                 }
                 None => reasons.push(format!(
@@ -565,6 +630,7 @@ fn decide(
             })
             .collect(),
         levels: figures,
+        confirmation: sweep.confirmation.as_ref().map(Level::figures),
         drift_after_seconds: spec.drift_after_seconds,
         calibrate_after_seconds: spec.calibrate_after_seconds,
         budget: serde_json::to_value(spec.budget).unwrap_or_default(),

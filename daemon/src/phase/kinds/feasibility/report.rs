@@ -267,6 +267,19 @@ pub fn html_with_runs(result: &FeasibilityResult, runs: &[Outcome]) -> String {
             escape(&choice.why)
         ));
     }
+    if let Some(again) = &result.confirmation {
+        let first = result
+            .levels
+            .iter()
+            .find(|l| l.concurrency == again.concurrency)
+            .map_or(0.0, |l| l.output_tokens_per_second);
+        out.push_str(&format!(
+            "<p>Measured again to confirm: {:.1} output tokens/s at concurrency {} (the sweep \
+             measured {:.1}); the projection is made from this second window, which was not \
+             chosen for being high.</p>",
+            again.output_tokens_per_second, again.concurrency, first
+        ));
+    }
     let tps: Vec<(f64, f64)> = result
         .levels
         .iter()
