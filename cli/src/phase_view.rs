@@ -238,6 +238,13 @@ fn feasibility(v: &FeasibilityResult) -> String {
             );
         }
     }
+    if let Some(again) = &v.confirmation {
+        let _ = writeln!(
+            out,
+            "  confirmed   concurrency {} measured again: {:.1} output tokens/s (projected from this)",
+            again.concurrency, again.output_tokens_per_second
+        );
+    }
     if let Some(why) = &v.sweep_stopped {
         let _ = writeln!(out, "  stopped     {}", escape(why));
     }
@@ -468,6 +475,14 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("300.0 MB"), "{text}");
+        assert!(!text.contains("confirmed"), "{text}");
+        let mut confirmed = result.clone();
+        confirmed["confirmation"] = level(4, 3.6, 360.0, 1.2);
+        let text = summary("feasibility", &confirmed.to_string()).unwrap();
+        assert!(
+            text.contains("concurrency 4 measured again: 360.0 output tokens/s"),
+            "{text}"
+        );
         // A short run reads in minutes, not as 0.0 h.
         let mut short = result.clone();
         short["projection"]["hours"] = estimate(0.04, 0.036, 0.043);
