@@ -73,8 +73,9 @@ enum Step {
     /// The level the sweep would choose, measured again in a window of its
     /// own. Choosing the level that measured best picks, among levels
     /// within their noise, the one whose window ran fast: on llama.cpp's
-    /// server the chosen level's first window was 20-25 % faster than the
-    /// generation that followed, in two runs of three. A second
+    /// server the chosen level measured 19-23 % above what a later sweep
+    /// found, and its generation took 30 % longer than projected, in two
+    /// runs of three (BENCHMARKS.md, "Runs in a row"). A second
     /// measurement of that one level is not chosen for being high, so the
     /// projection is made from it.
     Confirm,

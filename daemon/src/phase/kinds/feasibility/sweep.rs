@@ -12,10 +12,11 @@
 //! fall on a server that says it had room: llama.cpp's server with 8 slots
 //! on a CPU was flat from 1 to 4 and 55 % faster at 8, and one sweep
 //! measured it 19 % slower at 2 than at 1 (BENCHMARKS.md). The sweep's
-//! budget bounds what looking past costs. Then the best level's neighbours: where one differs from the best
-//! by more than the threshold, the level between them is measured too (6 and
-//! 12 around 8), so that the choice is not off by a factor of two. All of it
-//! within the sweep's own budget, a share of the run it projects.
+//! budget bounds what looking past costs. Then the best level's
+//! neighbours: where one differs from the best by more than the threshold,
+//! the level between them is measured too (6 and 12 around 8), so that the
+//! choice is not off by a factor of two. All of it within the sweep's own
+//! budget, a share of the run it projects.
 use super::stats::Figures;
 
 /// What the rules read of the spec.
