@@ -177,7 +177,12 @@ impl Connector {
                 let endpoint = Endpoint::from_shared(url.clone()).map_err(|e| {
                     CliError::usage(format!("--addr {:?}: {}", self.addr, root_cause(&e)))
                 })?;
-                tune(endpoint).connect().await.map_err(unreachable)?
+                tune(endpoint)
+                    .connect_with_connector(tower::service_fn(|uri: Uri| async move {
+                        dial_tcp(&uri).await.map(TokioIo::new)
+                    }))
+                    .await
+                    .map_err(unreachable)?
             }
             Target::Unix(path) => {
                 let path = path.clone();
@@ -202,6 +207,56 @@ impl Connector {
                 .max_decoding_message_size(todod_proto::local::MAX_RESPONSE_BYTES),
         )
     }
+}
+
+/// Dials `uri`'s host and port over TCP, each address the name resolves to
+/// in turn, and refuses a connection that reached itself.
+///
+/// Why: a port in the kernel's ephemeral range (todod's default 50710 is one,
+/// in Linux's 32768-60999) with nothing listening on it can be "connected"
+/// by the kernel choosing that same port as the source: TCP's simultaneous
+/// open joins the socket to itself. `todoctl ping --wait`, asking once a
+/// second while the daemon builds, then hears its own HTTP/2 preface back
+/// and fails with "h2 protocol error" instead of waiting on (CI saw it), and
+/// while it holds the port the daemon cannot bind it. Such a connection is
+/// nobody answering: it is dropped and reported as refused.
+async fn dial_tcp(uri: &Uri) -> std::io::Result<tokio::net::TcpStream> {
+    use std::io::{Error, ErrorKind};
+    let host = uri
+        .host()
+        .ok_or_else(|| Error::new(ErrorKind::InvalidInput, "the address has no host"))?;
+    // `[::1]` in a URI is `::1` to the resolver.
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let port = uri.port_u16().unwrap_or(80);
+    let mut last = Error::new(
+        ErrorKind::NotFound,
+        format!("{host} resolves to no address"),
+    );
+    for addr in tokio::net::lookup_host((host, port)).await? {
+        match tokio::net::TcpStream::connect(addr)
+            .await
+            .and_then(refuse_self)
+        {
+            Ok(stream) => {
+                stream.set_nodelay(true)?;
+                return Ok(stream);
+            }
+            Err(e) => last = e,
+        }
+    }
+    Err(last)
+}
+
+/// `stream`, unless its two ends are one socket (see `dial_tcp`).
+fn refuse_self(stream: tokio::net::TcpStream) -> std::io::Result<tokio::net::TcpStream> {
+    let peer = stream.peer_addr()?;
+    if stream.local_addr()? == peer {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::ConnectionRefused,
+            format!("nothing listens at {peer} (the connection reached itself)"),
+        ));
+    }
+    Ok(stream)
 }
 
 fn tune(endpoint: Endpoint) -> Endpoint {
@@ -257,6 +312,37 @@ pub async fn phase_kinds(client: &mut Client) -> Result<Vec<String>, tonic::Stat
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A socket bound to a port and connected to that same port joins
+    /// itself (TCP simultaneous open): what the kernel can do to a dial of a
+    /// free port in its ephemeral range. `dial_tcp` must take it for nobody.
+    #[tokio::test]
+    async fn a_connection_that_reached_itself_is_refused() {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let own = socket.local_addr().unwrap();
+        let stream = socket.connect(own).await.unwrap();
+        assert_eq!(
+            stream.peer_addr().unwrap(),
+            own,
+            "the kernel joined it to itself"
+        );
+        let e = refuse_self(stream).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::ConnectionRefused);
+        assert!(e.to_string().contains("reached itself"), "{e}");
+    }
+
+    #[tokio::test]
+    async fn dialling_reaches_a_listener_and_names_a_refusal() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let uri: Uri = format!("http://{addr}").parse().unwrap();
+        let stream = dial_tcp(&uri).await.unwrap();
+        assert_eq!(stream.peer_addr().unwrap(), addr);
+        drop(listener);
+        let e = dial_tcp(&uri).await.unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::ConnectionRefused, "{e}");
+    }
 
     #[test]
     fn parses_addresses() {
