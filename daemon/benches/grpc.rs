@@ -28,6 +28,11 @@ const READ_SECONDS: u64 = 3;
 const READERS: usize = 8;
 const BIG_PLAN: usize = 100_000;
 
+/// Says on stderr what the bench is doing (the table goes to stdout at the end).
+fn stage(what: &str) {
+    eprintln!("grpc bench: {what}");
+}
+
 fn percentile(samples: &mut [Duration], p: f64) -> Duration {
     samples.sort();
     samples[((samples.len() as f64 - 1.0) * p).round() as usize]
@@ -138,10 +143,12 @@ async fn main() {
         },
     ));
 
+    stage("fsync baseline");
     let mut fsync = raw_fsync(dir.path());
     let fsync_p50 = percentile(&mut fsync, 0.5);
     let fsync_p99 = percentile(&mut fsync, 0.99);
 
+    stage("WriteTodos");
     // WriteTodos: a 4-item list where every call changes something, so each is
     // a real durable commit.
     let mut c = client(&url).await;
@@ -177,6 +184,7 @@ async fn main() {
     }
     let write_p50 = percentile(&mut writes, 0.5);
 
+    stage("WriteTodos at the store");
     // The same writes at the store, without gRPC, to show where time goes.
     let ctx = todod::store::WriteContext::default();
     let mut store_writes = Vec::with_capacity(WRITE_SAMPLES);
@@ -206,6 +214,7 @@ async fn main() {
     let write_p999 = percentile(&mut writes, 0.999);
     let write_max = percentile(&mut writes, 1.0);
 
+    stage("ReadTodos");
     // ReadTodos throughput from several concurrent clients.
     let deadline = Instant::now() + Duration::from_secs(READ_SECONDS);
     let mut readers = Vec::new();
@@ -230,6 +239,7 @@ async fn main() {
     }
     let reads_per_s = reads as f64 / READ_SECONDS as f64;
 
+    stage("listing the 100k plan");
     // The 100k-task plan: every task, paged; and the status summary.
     let mut list_times = Vec::new();
     let mut full_times = Vec::new();
@@ -276,6 +286,7 @@ async fn main() {
     let list_median = percentile(&mut list_times, 0.5);
     let full_median = percentile(&mut full_times, 0.5);
 
+    stage("listing at the store");
     // The same listing at the store, without gRPC, to show where time goes.
     let mut store_times = Vec::new();
     let mut convert_times = Vec::new();
@@ -327,6 +338,7 @@ async fn main() {
     let coding_median = percentile(&mut coding_times, 0.5);
     let summary_median = percentile(&mut summary_times, 0.5);
 
+    stage("stopping the server");
     let _ = stop.send(());
     serving.await.unwrap().unwrap();
 
