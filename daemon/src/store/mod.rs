@@ -54,6 +54,9 @@ const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(60);
 /// Read connections; reads beyond this many at once wait their turn.
 const READERS: usize = 4;
+/// The WAL's size, in pages, past which the commit that crosses it
+/// checkpoints the WAL into the database file (SQLite's default).
+const WAL_AUTOCHECKPOINT: &str = "PRAGMA wal_autocheckpoint = 1000";
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -157,30 +160,46 @@ pub struct Store {
 impl Store {
     /// Opens (creating if needed) the database at `path` and runs migrations.
     pub async fn open(path: &Path) -> Result<Store, Error> {
-        let options = SqliteConnectOptions::from_str("sqlite:")?
+        // Migrations run on sqlx's connection, closed afterwards: one edits
+        // the schema's text (the kinds migration), which a connection that
+        // cached the old schema would not see.
+        let migrating = SqliteConnectOptions::from_str("sqlite:")?
             .filename(path)
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(SqliteSynchronous::Full)
             .busy_timeout(BUSY_TIMEOUT)
             .foreign_keys(true);
-        // SQLite checkpoints the WAL inside the commit that crosses 1000 pages.
-        // Moving that to a background connection was measured and rejected:
-        // its I/O slowed every commit near it (WriteTodos p50 0.75 -> 0.9 ms),
-        // and a WAL left to grow made each commit's fdatasync dearer still.
-        // Migrations run on a connection of their own, closed afterwards: one
-        // edits the schema's text (the kinds migration), which a connection
-        // that cached the old schema would not see.
-        let mut migrating = options.connect().await?;
+        let mut migrating = migrating.connect().await?;
         MIGRATOR.run(&mut migrating).await?;
         sqlx::Connection::close(migrating).await?;
-        let mut writer = Conn::new(options.connect().await?);
+        let writer = sqlite::Options {
+            path: path.to_path_buf(),
+            read_only: false,
+            busy_timeout: BUSY_TIMEOUT,
+            setup: vec![
+                "PRAGMA journal_mode = WAL",
+                "PRAGMA synchronous = FULL",
+                "PRAGMA foreign_keys = ON",
+                // SQLite checkpoints the WAL inside the commit that crosses
+                // this many pages. Moving that to a background connection was
+                // measured and rejected: its I/O slowed every commit near it
+                // (WriteTodos p50 0.75 -> 0.9 ms).
+                WAL_AUTOCHECKPOINT,
+            ],
+        };
+        let reader = sqlite::Options {
+            read_only: true,
+            setup: vec!["PRAGMA foreign_keys = ON"],
+            ..writer.clone()
+        };
+        let mut writer = Conn::open(&writer)?;
         let mut idle = Vec::with_capacity(READERS);
         for _ in 0..READERS {
-            idle.push(Conn::new(options.clone().read_only(true).connect().await?));
+            idle.push(Conn::open(&reader)?);
         }
         let last = {
-            let mut db = writer.lock().await?;
+            let mut db = writer.lock();
             db.query_row("SELECT COALESCE(MAX(seq), 0) FROM events", &[], |row| {
                 row.int(0)
             })?
@@ -256,7 +275,7 @@ impl Store {
             _permit: permit,
         };
         let conn = loan.conn.as_mut().ok_or(Error::Closed)?;
-        let mut db = conn.lock().await?;
+        let mut db = conn.lock();
         db.transaction(Begin::Read, body)
     }
 
@@ -284,9 +303,7 @@ impl Store {
                 .map_err(|_| Error::Overloaded(ACQUIRE_TIMEOUT))?;
             let _holding = waiting.acquired(caller);
             let conn = writer.as_mut().ok_or(Error::Closed)?;
-            let mut db = conn.lock().await?;
-            let (value, seq) = db.transaction(Begin::Write, body)?;
-            drop(db);
+            let (value, seq) = conn.lock().transaction(Begin::Write, body)?;
             drop(writer);
             self.inner
                 .write_seconds
@@ -324,22 +341,14 @@ impl Store {
         let readers = &self.inner.readers;
         readers.permits.close();
         let idle = std::mem::take(&mut *readers.idle.lock().unwrap_or_else(|p| p.into_inner()));
-        for conn in idle {
-            conn.close().await;
-        }
+        drop(idle);
         let Some(mut writer) = self.inner.writer.lock().await.take() else {
             return;
         };
-        match writer.lock().await {
-            Ok(mut db) => {
-                if let Err(error) = db.query_row("PRAGMA wal_checkpoint(TRUNCATE)", &[], |_| Ok(()))
-                {
-                    tracing::warn!(%error, "final WAL checkpoint failed; the next start replays the WAL");
-                }
-            }
-            Err(error) => tracing::warn!(%error, "cannot lock the writer to close it"),
+        let mut db = writer.lock();
+        if let Err(error) = db.query_row("PRAGMA wal_checkpoint(TRUNCATE)", &[], |_| Ok(())) {
+            tracing::warn!(%error, "final WAL checkpoint failed; the next start replays the WAL");
         }
-        writer.close().await;
     }
 }
 

@@ -1,14 +1,12 @@
-//! Statements run straight through SQLite's C API on connections that sqlx
-//! opens and configures, and that the store owns.
+//! Statements run straight through SQLite's C API, on connections the store
+//! opens and owns (`Conn`), on the caller's thread.
 //!
-//! sqlx runs each SQLite connection on a worker thread and hands every statement
-//! and every row across threads: about 80 µs per statement and 1-2 µs per row on
-//! this machine. A nine-statement write transaction spent most of its time in
-//! those hand-offs, and listing a 100,000-task plan most of its time moving rows.
-//! `SqliteConnection::lock_handle` is sqlx's door for direct FFI use: while its
-//! guard lives, the worker is parked and the handle is ours. sqlx still opens
-//! the connections (WAL, synchronous=FULL, busy_timeout, foreign keys) and runs
-//! the migrations.
+//! sqlx ran each SQLite connection on a worker thread and handed every
+//! statement and every row across threads: about 80 µs per statement and 1-2
+//! µs per row on this machine. A nine-statement write transaction spent most
+//! of its time in those hand-offs, and listing a 100,000-task plan most of its
+//! time moving rows. sqlx still runs the migrations (and the backups), on
+//! connections of its own.
 //!
 //! The sharp edges of the C API are closed here, once: statements are prepared
 //! once per connection and cached; a statement with trailing SQL is refused
@@ -22,8 +20,6 @@ use std::marker::PhantomData;
 use std::ptr::{self, NonNull};
 
 use libsqlite3_sys as ffi;
-use sqlx::sqlite::LockedSqliteHandle;
-use sqlx::SqliteConnection;
 
 use super::Error;
 
@@ -119,8 +115,6 @@ const CACHE_CAPACITY: usize = 128;
 /// Prepared statements of one connection, by SQL text.
 #[derive(Default)]
 struct StatementCache {
-    /// The connection the statements belong to; set on first use.
-    db: Option<NonNull<ffi::sqlite3>>,
     statements: HashMap<String, NonNull<ffi::sqlite3_stmt>>,
 }
 
@@ -136,65 +130,103 @@ impl StatementCache {
     }
 }
 
-/// A connection the store owns: sqlx's, plus the statements prepared on it.
-pub(super) struct Conn {
-    // Declared first so that its statements are finalized (by `Drop for Conn`)
-    // before sqlx closes the connection, which panics if any are left.
-    cache: StatementCache,
-    /// `None` only while closing.
-    sqlx: Option<SqliteConnection>,
+/// How a connection is opened.
+#[derive(Debug, Clone)]
+pub(super) struct Options {
+    pub path: std::path::PathBuf,
+    pub read_only: bool,
+    pub busy_timeout: std::time::Duration,
+    /// Run once on opening, in order (`PRAGMA`s).
+    pub setup: Vec<&'static str>,
 }
 
-// SAFETY: the cached statement pointers are only used under sqlx's handle lock,
-// through `&mut Conn`, so never from two threads at once.
+/// A connection the store owns, opened through SQLite's C API, and the
+/// statements prepared on it.
+///
+/// Why not sqlx's connection: sqlx runs each connection on a thread of its
+/// own, and lending its handle (`lock_handle`) is a handshake with that
+/// thread on every use, two thread switches per read or write. Worse, under
+/// eight concurrent readers that handshake sometimes never completed: the
+/// loop of `cargo bench -p todod --bench grpc` hung in ReadTodos in about one
+/// run of twenty, sqlx's worker parked waiting for its own lock while no
+/// task held it, and a reader connection lost for good each time. Owning
+/// the handle removes both. sqlx still runs the migrations, on a connection
+/// of its own.
+pub(super) struct Conn {
+    cache: StatementCache,
+    raw: NonNull<ffi::sqlite3>,
+}
+
+// SAFETY: the connection is opened with SQLITE_OPEN_NOMUTEX and used only
+// through `&mut Conn`, so never from two threads at once; moving it between
+// threads is allowed in SQLite's multi-thread mode.
 unsafe impl Send for Conn {}
 
 impl Conn {
-    pub fn new(sqlx: SqliteConnection) -> Conn {
-        Conn {
+    /// Opens the database file as `options` say and runs its setup.
+    pub fn open(options: &Options) -> Result<Conn, Error> {
+        use std::os::unix::ffi::OsStrExt;
+        let path = std::ffi::CString::new(options.path.as_os_str().as_bytes())
+            .map_err(|_| misuse("the database path contains a NUL byte"))?;
+        let flags = ffi::SQLITE_OPEN_NOMUTEX
+            | ffi::SQLITE_OPEN_PRIVATECACHE
+            | if options.read_only {
+                ffi::SQLITE_OPEN_READONLY
+            } else {
+                ffi::SQLITE_OPEN_READWRITE | ffi::SQLITE_OPEN_CREATE
+            };
+        let mut raw = ptr::null_mut();
+        // SAFETY: `path` is NUL-terminated and outlives the call; `raw`
+        // receives a handle that must be closed even when opening failed.
+        let rc = unsafe { ffi::sqlite3_open_v2(path.as_ptr(), &mut raw, flags, ptr::null()) };
+        let Some(raw) = NonNull::new(raw) else {
+            return Err(misuse(
+                "sqlite3_open_v2 returned no connection (out of memory)",
+            ));
+        };
+        let mut conn = Conn {
             cache: StatementCache::default(),
-            sqlx: Some(sqlx),
+            raw,
+        };
+        if rc != ffi::SQLITE_OK {
+            return Err(last_error(raw.as_ptr()));
         }
+        let busy_ms = c_int::try_from(options.busy_timeout.as_millis()).unwrap_or(c_int::MAX);
+        // SAFETY: an open connection, used by this thread alone.
+        unsafe {
+            ffi::sqlite3_extended_result_codes(raw.as_ptr(), 1);
+            ffi::sqlite3_busy_timeout(raw.as_ptr(), busy_ms);
+        }
+        let mut db = conn.lock();
+        for pragma in &options.setup {
+            // A pragma may answer with a row (journal_mode does): read and drop it.
+            db.query(pragma, &[], |_| Ok(()))?;
+        }
+        drop(db);
+        Ok(conn)
     }
 
-    /// Locks the connection for direct use; statements run synchronously on the
-    /// caller's thread until the `Db` is dropped.
-    pub async fn lock(&mut self) -> Result<Db<'_>, Error> {
-        let sqlx = self
-            .sqlx
-            .as_mut()
-            .expect("a connection is open until closed");
-        let mut guard = sqlx.lock_handle().await?;
-        let raw = guard.as_raw_handle();
-        if self.cache.db.is_some_and(|db| db != raw) {
-            // Not expected (sqlx keeps one handle per connection), but cached
-            // statements must never be used on another handle.
-            self.cache.finalize_all();
-        }
-        self.cache.db = Some(raw);
-        Ok(Db {
-            raw: raw.as_ptr(),
+    /// The connection for direct use; statements run synchronously on the
+    /// caller's thread.
+    pub fn lock(&mut self) -> Db<'_> {
+        Db {
+            raw: self.raw.as_ptr(),
             cache: &mut self.cache,
-            _guard: guard,
-        })
-    }
-
-    /// Finalizes the cached statements and closes the connection.
-    pub async fn close(mut self) {
-        self.cache.finalize_all();
-        if let Some(sqlx) = self.sqlx.take() {
-            if let Err(error) = sqlx::Connection::close(sqlx).await {
-                tracing::warn!(%error, "closing a database connection failed");
-            }
         }
     }
 }
 
 impl Drop for Conn {
     fn drop(&mut self) {
-        // Nothing else uses the handle now: we hold the connection exclusively
-        // and no command of ours is in flight on sqlx's worker.
+        // Statements first: sqlite3_close refuses (SQLITE_BUSY) a connection
+        // with statements left.
         self.cache.finalize_all();
+        // SAFETY: the handle came from sqlite3_open_v2, is closed once, here,
+        // and nothing uses it afterwards.
+        let rc = unsafe { ffi::sqlite3_close(self.raw.as_ptr()) };
+        if rc != ffi::SQLITE_OK {
+            tracing::warn!(code = rc, "closing a database connection failed");
+        }
     }
 }
 
@@ -211,7 +243,6 @@ pub(super) enum Begin {
 pub(super) struct Db<'c> {
     raw: *mut ffi::sqlite3,
     cache: &'c mut StatementCache,
-    _guard: LockedSqliteHandle<'c>,
 }
 
 impl<'c> Db<'c> {
@@ -224,7 +255,7 @@ impl<'c> Db<'c> {
         let mut raw = ptr::null_mut();
         let mut tail: *const c_char = ptr::null();
         // SAFETY: `self.raw` is an open connection held exclusively through
-        // sqlx's lock; `sql` is valid for `len` bytes (no NUL needed when the
+        // `&mut Conn`; `sql` is valid for `len` bytes (no NUL needed when the
         // length is given) and outlives the call; `tail` points into it.
         let rc = unsafe {
             ffi::sqlite3_prepare_v3(
