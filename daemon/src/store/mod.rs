@@ -55,8 +55,13 @@ const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(60);
 /// Read connections; reads beyond this many at once wait their turn.
 const READERS: usize = 4;
 /// The WAL's size, in pages, past which the commit that crosses it
-/// checkpoints the WAL into the database file (SQLite's default).
-const WAL_AUTOCHECKPOINT: &str = "PRAGMA wal_autocheckpoint = 1000";
+/// checkpoints the WAL into the database file. SQLite's default, 1000 pages,
+/// put a checkpoint in about one commit of a hundred (a WriteTodos writes
+/// ~10 pages), right at the p99 of a write: at 10,000 the store's write p99
+/// fell from 1.13 ms to 0.48 ms (medians of 30 and 20 runs of the grpc bench).
+/// The price: a WAL file of up to 40 MB beside the database, and a checkpoint
+/// ten times the size, once in ~1000 commits (the p99.9).
+const WAL_AUTOCHECKPOINT: &str = "PRAGMA wal_autocheckpoint = 10000";
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
