@@ -148,10 +148,10 @@ pub(super) struct Options {
 /// thread on every use, two thread switches per read or write. Worse, under
 /// eight concurrent readers that handshake sometimes never completed: the
 /// loop of `cargo bench -p todod --bench grpc` hung in ReadTodos in about one
-/// run of twenty, sqlx's worker parked waiting for its own lock while no
-/// task held it, and a reader connection lost for good each time. Owning
-/// the handle removes both. sqlx still runs the migrations, on a connection
-/// of its own.
+/// run of twenty, sqlx's worker parked re-taking its own lock while nothing
+/// ran, and a reader connection lost for good each time. Owning the handle
+/// removes both. sqlx still runs the migrations, on a connection of its
+/// own.
 pub(super) struct Conn {
     cache: StatementCache,
     raw: NonNull<ffi::sqlite3>,
