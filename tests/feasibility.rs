@@ -146,9 +146,29 @@ async fn the_knee_is_chosen_and_the_projection_holds_for_the_generation_that_fol
     assert_eq!(measured.status, "completed", "{}", measured.error);
     let r = result(&measured);
     assert_eq!(r["verdict"], "go", "{r}");
-    assert_eq!(
-        r["choice"]["concurrency"], 4,
-        "the knee of a 4-slot server: {r:#}"
+    // The knee of a 4-slot server is 4; past it the throughput is flat, so
+    // any level past it within 10 % of the best measured is a right choice
+    // (issue 21's bar). Asking for exactly 4 failed in CI when the loaded
+    // machine measured 16 at +6.6 % over 8.
+    let choice = r["choice"]["concurrency"].as_u64().unwrap();
+    let throughput = |c: u64| {
+        r["levels"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|l| l["concurrency"] == c)
+            .and_then(|l| l["output_tokens_per_second"].as_f64())
+            .unwrap()
+    };
+    let best = r["levels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|l| l["output_tokens_per_second"].as_f64())
+        .fold(0.0, f64::max);
+    assert!(
+        choice >= 4 && throughput(choice) >= 0.9 * best,
+        "the knee of a 4-slot server, or a level past it as good: {r:#}"
     );
     // The levels measured, as the live progress announced them one by one,
     // are the result's; and the server had the last one's requests at once.
@@ -181,7 +201,7 @@ async fn the_knee_is_chosen_and_the_projection_holds_for_the_generation_that_fol
     );
     // The level chosen was measured once more, after the sweep, and said
     // so; the projection is that second window's.
-    assert_eq!(r["confirmation"]["concurrency"], 4, "{r:#}");
+    assert_eq!(r["confirmation"]["concurrency"], choice, "{r:#}");
     assert!(r["confirmation"]["requests"].as_u64().unwrap() > 0, "{r:#}");
     let confirming = todod_e2e::task_events(&mut c, &feasibility, "progress")
         .await
@@ -198,25 +218,22 @@ async fn the_knee_is_chosen_and_the_projection_holds_for_the_generation_that_fol
     );
     // Past the knee two flat doublings (8, 16), with requests queued on
     // the server, stop the geometric sweep; between 2 and the best a level
-    // is measured too.
-    assert_eq!(
-        levels
-            .iter()
-            .filter(|c| c.is_power_of_two())
-            .copied()
-            .collect::<Vec<_>>(),
-        [1, 2, 4, 8, 16],
-        "{levels:?}"
-    );
-    assert!(levels.len() <= 7, "{levels:?}");
-    assert!(
-        r["sweep_stopped"]
-            .as_str()
-            .unwrap()
-            .contains("two doublings in a row"),
-        "{}",
-        r["sweep_stopped"]
-    );
+    // is measured too. A loaded machine can measure one doubling past the
+    // knee as a gain over the 5 % threshold; the sweep then goes on to its
+    // cap of 32, and only then.
+    let doublings: Vec<u64> = levels
+        .iter()
+        .filter(|c| c.is_power_of_two())
+        .copied()
+        .collect();
+    let stopped = r["sweep_stopped"].as_str().unwrap();
+    if stopped.contains("two doublings in a row") {
+        assert_eq!(doublings, [1, 2, 4, 8, 16], "{levels:?}");
+        assert!(levels.len() <= 7, "{levels:?}");
+    } else {
+        assert!(stopped.contains("level cap of 32"), "{stopped}");
+        assert_eq!(doublings, [1, 2, 4, 8, 16, 32], "{levels:?}");
+    }
     // What the sweep cost, against the run it projects.
     let cost = &r["sweep"];
     let spent: f64 = r["levels"].as_array().unwrap().len() as f64;
@@ -236,7 +253,7 @@ async fn the_knee_is_chosen_and_the_projection_holds_for_the_generation_that_fol
         .as_array()
         .unwrap()
         .iter()
-        .find(|l| l["concurrency"] == 4)
+        .find(|l| l["concurrency"] == choice)
         .unwrap();
     let p50 = chosen["output_tokens"]["p50"].as_f64().unwrap();
     assert!((20.0..=40.0).contains(&p50), "median output length {p50}");
