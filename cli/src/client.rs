@@ -259,10 +259,10 @@ fn refuse_self(stream: tokio::net::TcpStream) -> std::io::Result<tokio::net::Tcp
     Ok(stream)
 }
 
+/// Settings of both targets; TCP_NODELAY is `dial_tcp`'s (the endpoint's
+/// own setting applies only to tonic's connector, which is not used).
 fn tune(endpoint: Endpoint) -> Endpoint {
-    endpoint
-        .connect_timeout(Duration::from_secs(5))
-        .tcp_nodelay(true)
+    endpoint.connect_timeout(Duration::from_secs(5))
 }
 
 /// Sends a mutating call, `req` given a fresh request id by `set_id`; when
@@ -339,7 +339,14 @@ mod tests {
         let uri: Uri = format!("http://{addr}").parse().unwrap();
         let stream = dial_tcp(&uri).await.unwrap();
         assert_eq!(stream.peer_addr().unwrap(), addr);
-        drop(listener);
+        assert!(stream.nodelay().unwrap());
+        // A port held by a socket that does not listen: refused, and no
+        // other test can take the port meanwhile.
+        let held = tokio::net::TcpSocket::new_v4().unwrap();
+        held.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let uri: Uri = format!("http://{}", held.local_addr().unwrap())
+            .parse()
+            .unwrap();
         let e = dial_tcp(&uri).await.unwrap_err();
         assert_eq!(e.kind(), std::io::ErrorKind::ConnectionRefused, "{e}");
     }
