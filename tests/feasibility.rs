@@ -322,6 +322,88 @@ async fn the_knee_is_chosen_and_the_projection_holds_for_the_generation_that_fol
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_caches_prompts_is_projected_from_prompts_it_has_not_seen() {
+    // A prefix cache: a prompt asked before skips its 100 ms of prefill,
+    // so the sweep's levels, which ask the same prompts again, see the
+    // server about twice as fast as a run that asks each prompt once.
+    let mock = MockOpenAi::start(Settings {
+        prefill: Duration::from_millis(100),
+        ..four_slots()
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    write_prompts(&dir.path().join("prompts.jsonl"), 300, false);
+    let daemon = TestDaemon::start().await;
+    let mut c = daemon.client().await;
+    let spec = sweep_spec(json!({"max_concurrency": 8, "sample_size": 300}));
+    let (feasibility, generation) =
+        vouched_generation(&mut c, "run", &spec, dir.path(), &mock.url).await;
+    let measured = wait_ended(&mut c, "run", &feasibility).await;
+    assert_eq!(measured.status, "completed", "{}", measured.error);
+    let r = result(&measured);
+    // Every level after the first asked mostly prompts the server had
+    // cached (each asks a few more than the one before), and says so; the
+    // confirmation asked prompts no level had.
+    let levels = r["levels"].as_array().unwrap();
+    for l in levels.iter().filter(|l| l["concurrency"] != 1) {
+        let share = l["cached_input_share"].as_f64().unwrap();
+        assert!(share > 0.5, "level {}: {share} cached", l["concurrency"]);
+    }
+    let again = &r["confirmation"];
+    let choice = r["choice"]["concurrency"].as_u64().unwrap();
+    assert_eq!(again["concurrency"], choice, "{r:#}");
+    let fresh = again["cached_input_share"].as_f64().unwrap();
+    assert!(
+        fresh < 0.1,
+        "the confirmation's prompts were new: {fresh} cached"
+    );
+    let speedup = level(&r, choice)["requests_per_second"].as_f64().unwrap()
+        / again["requests_per_second"].as_f64().unwrap();
+    assert!(
+        speedup > 1.3,
+        "cached prompts answered {speedup:.2}× as fast"
+    );
+    let method = r["projection"]["interval"].as_str().unwrap();
+    assert!(method.contains("prefix cache"), "{method}");
+
+    // The generation asks each of the 300 prompts once: those the sweep
+    // asked from the cache, the rest not. The projection holds for it.
+    let started = std::time::Instant::now();
+    let generated = wait_ended(&mut c, "run", &generation).await;
+    let wall = started.elapsed().as_secs_f64() / 3600.0;
+    assert_eq!(generated.status, "completed", "{}", generated.error);
+    assert_eq!(lines(&dir.path().join("out.jsonl")), 300);
+    let p = &result(&generated)["projection"];
+    let hours = &p["projected_hours"];
+    let (projected, low, high) = (
+        hours["value"].as_f64().unwrap(),
+        hours["low"].as_f64().unwrap(),
+        hours["high"].as_f64().unwrap(),
+    );
+    let error = wall / projected - 1.0;
+    println!(
+        "cache speedup {speedup:.2}; projected {:.1} s ({:.1}-{:.1}), measured {:.1} s, {:+.1}%",
+        projected * 3600.0,
+        low * 3600.0,
+        high * 3600.0,
+        wall * 3600.0,
+        error * 100.0
+    );
+    // Projected from the levels' cached prompts, the run would take about
+    // 1.5 times its projection.
+    assert!(
+        error.abs() <= 0.2,
+        "projection off by {:+.1}%: {p}",
+        error * 100.0
+    );
+    assert!(
+        low <= wall && wall <= high,
+        "measured {:.1} s, outside the interval: {p}",
+        wall * 3600.0
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cold_server_is_warmed_up_without_counting_or_hanging() {
     // A thinking model: its first two answers take 30 s and run long.
     let mock = MockOpenAi::start(Settings {

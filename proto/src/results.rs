@@ -105,6 +105,10 @@ pub struct LevelFigures {
     /// between the level's windows (absent with a single window).
     #[serde(default)]
     pub output_tokens_per_second_se: Option<f64>,
+    /// The share of the prompts' tokens the server said it took from its
+    /// prefix cache (absent when it does not say).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cached_input_share: Option<f64>,
     /// The server's own figures over the level, and what they say limited it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub server: Option<ServerSummary>,

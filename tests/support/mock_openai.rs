@@ -61,6 +61,12 @@ pub struct Settings {
     pub curve: Option<Curve>,
     /// What `GET /metrics` answers, as an inference server's own metrics.
     pub metrics: ServerMetrics,
+    /// A prefix cache, as vLLM's, SGLang's and llama.cpp's: an input the
+    /// mock has not answered before waits `prefill` more (its prompt is
+    /// processed); one it has answered does not, and its usage says its
+    /// whole prompt was cached (`prompt_tokens_details.cached_tokens`).
+    /// Zero: no cache, and usage says nothing of one.
+    pub prefill: Duration,
 }
 
 /// The mock's own `/metrics`.
@@ -125,6 +131,7 @@ impl Default for Settings {
             cold_tokens: 0,
             curve: None,
             metrics: ServerMetrics::Absent,
+            prefill: Duration::ZERO,
         }
     }
 }
@@ -156,6 +163,8 @@ struct State {
     max_in_flight: AtomicUsize,
     /// When the server started, for a curve's epochs.
     started: std::sync::OnceLock<std::time::Instant>,
+    /// The inputs answered, by hash, for `Settings::prefill`.
+    cached: Mutex<std::collections::HashSet<u64>>,
 }
 
 /// Counts a request in flight until dropped.
@@ -484,6 +493,17 @@ async fn serve(
         let n = state.in_flight.load(Ordering::SeqCst);
         tokio::time::sleep(curve.latency(n, since)).await;
     }
+    // Whether the prompt came from the cache; a prompt is cached once it
+    // has been processed, as a server's is.
+    let prompt_cached = !settings.prefill.is_zero() && {
+        let key = fnv(&input);
+        let hit = state.cached.lock().unwrap().contains(&key);
+        if !hit {
+            tokio::time::sleep(settings.prefill).await;
+            state.cached.lock().unwrap().insert(key);
+        }
+        hit
+    };
     if cold {
         tokio::time::sleep(settings.cold_latency).await;
         state.cold_waited.fetch_add(1, Ordering::SeqCst);
@@ -547,9 +567,17 @@ async fn serve(
     };
     let reasoning = (fault == Fault::Reasoning).then(|| format!("thinking about {input}"));
     let tokens: Vec<String> = content.split_inclusive(' ').map(str::to_string).collect();
-    let usage = json!({"prompt_tokens": input.split_whitespace().count(),
+    let mut usage = json!({"prompt_tokens": input.split_whitespace().count(),
                        "completion_tokens": tokens.len(),
                        "total_tokens": input.split_whitespace().count() + tokens.len()});
+    if !settings.prefill.is_zero() {
+        let cached = if prompt_cached {
+            usage["prompt_tokens"].clone()
+        } else {
+            json!(0)
+        };
+        usage["prompt_tokens_details"] = json!({ "cached_tokens": cached });
+    }
 
     if !streamed {
         if fault == Fault::StallMidStream || fault == Fault::CloseWithoutDone {

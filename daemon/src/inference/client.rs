@@ -131,6 +131,16 @@ pub struct Usage {
     /// What some servers (vLLM, OpenAI) say of the completion's tokens.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub completion_tokens_details: Option<CompletionTokensDetails>,
+    /// What some servers (llama.cpp, vLLM, OpenAI) say of the prompt's
+    /// tokens: how many came from their prefix cache.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_tokens_details: Option<PromptTokensDetails>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct PromptTokensDetails {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cached_tokens: Option<u64>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -144,6 +154,14 @@ impl Usage {
         self.completion_tokens_details
             .as_ref()
             .and_then(|d| d.reasoning_tokens)
+    }
+
+    /// The prompt's tokens the server took from its prefix cache, if it
+    /// says.
+    pub fn cached_tokens(&self) -> Option<u64> {
+        self.prompt_tokens_details
+            .as_ref()
+            .and_then(|d| d.cached_tokens)
     }
 }
 

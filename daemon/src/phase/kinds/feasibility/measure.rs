@@ -172,12 +172,14 @@ pub fn level_client(
     }))
 }
 
-/// How a level's window is bounded.
+/// How a level's window is bounded, and how long it waits, once closed,
+/// for the requests it has out (a request's deadline).
 #[derive(Debug, Clone, Copy)]
 pub struct Window {
     pub min_requests: usize,
     pub min_seconds: f64,
     pub max_seconds: f64,
+    pub request_deadline_seconds: u64,
 }
 
 struct Done {
@@ -186,21 +188,21 @@ struct Done {
 }
 
 /// Runs one level: `c` requests in flight until the window is complete,
-/// the prompts of the sample taken in turn from the first. Every level asks
-/// the same prompts in the same order, so that levels compare on the same
-/// work: a level given other prompts (longer inputs, answers that end
-/// sooner) would differ by its prompts as much as by its concurrency.
+/// the prompts of the sample taken in turn from the one at `first`. The
+/// sweep's levels all start at the first prompt, so that they compare on
+/// the same work: a level given other prompts (longer inputs, answers that
+/// end sooner) would differ by its prompts as much as by its concurrency.
 pub async fn level(
     spec: &GenerationSpec,
     client: Arc<InferenceClient>,
     template: Arc<RequestTemplate>,
     prompts: Arc<Vec<Prompt>>,
+    first: usize,
     c: usize,
     window: Window,
-    deadline_seconds: u64,
 ) -> Level {
     let began_level = Instant::now();
-    let next = Arc::new(AtomicUsize::new(0));
+    let next = Arc::new(AtomicUsize::new(first));
     let issuing = Arc::new(AtomicBool::new(true));
     let done: Arc<Mutex<Vec<Done>>> = Arc::new(Mutex::new(Vec::new()));
     let answered = Arc::new(AtomicUsize::new(0));
@@ -242,6 +244,7 @@ pub async fn level(
                             // Set once the window's opening is known.
                             offset: 0.0,
                             prompt: Some(index as u32),
+                            cached_tokens: usage.cached_tokens(),
                         }
                     })
                     .map_err(|failed| class(&failed.failure));
@@ -280,7 +283,7 @@ pub async fn level(
     // Requests started inside the window count once they end; each worker
     // has at most one out, so waiting for the workers to stop waits for
     // exactly those, bounded by a request's deadline.
-    let deadline = closed + Duration::from_secs(deadline_seconds) + Duration::from_secs(5);
+    let deadline = closed + Duration::from_secs(window.request_deadline_seconds) + Duration::from_secs(5);
     // Let each worker finish the request it has out (it started before the
     // window closed, so it counts), then stop.
     let grace = deadline.saturating_duration_since(Instant::now());
@@ -315,6 +318,8 @@ pub async fn level(
         samples,
         wall_seconds: began_level.elapsed().as_secs_f64(),
         server: None,
+        first_prompt: first % prompts.len(),
+        prompts_asked: next.load(Ordering::Relaxed) - first,
     }
 }
 

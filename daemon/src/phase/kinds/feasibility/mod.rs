@@ -17,6 +17,8 @@ mod report;
 pub mod spec;
 pub mod stats;
 pub mod sweep;
+#[cfg(test)]
+mod tests;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -78,6 +80,14 @@ enum Step {
     /// runs of three (BENCHMARKS.md, "Runs in a row"). A second
     /// measurement of that one level is not chosen for being high, so the
     /// projection is made from it.
+    ///
+    /// It asks the sample's prompts that no level asked. Servers keep a
+    /// prefix cache (vLLM, SGLang, llama.cpp by default), and the levels ask
+    /// the same prompts again and again: on llama.cpp's server, agentic
+    /// prompts of about 450 tokens asked a second time were answered 2.4×
+    /// as fast (BENCHMARKS.md, "Prompts the server has seen"). A run asks
+    /// each prompt once; a projection from prompts the server has cached
+    /// would promise it that speed.
     Confirm,
 }
 
@@ -90,6 +100,17 @@ impl Sweep {
             .map(|l| l.concurrency)
             .filter(|c| !planned.contains(c))
             .collect()
+    }
+
+    /// How far into the sample the levels and the confirmation have asked:
+    /// the prompts before it are the ones the server has seen.
+    fn prompts_asked(&self) -> usize {
+        self.levels
+            .iter()
+            .chain(&self.confirmation)
+            .map(|l| l.first_prompt + l.prompts_asked)
+            .max()
+            .unwrap_or(0)
     }
 
     /// What measuring took, the confirmation included.
@@ -235,63 +256,71 @@ fn next_level(
     planned: &[usize],
     records: u64,
 ) -> Option<(usize, Step)> {
-    if sweep.cut_short.is_some() {
+    let figures: Vec<Figures> = sweep.levels.iter().map(Level::figures).collect();
+    if sweep.cut_short.is_none() {
+        if let Some(next) = next_in_sweep(spec, sweep, planned, &figures) {
+            // Within the sweep's budget: what it spent and what the next
+            // level is likely to cost (as much as the last one did).
+            let spent = sweep.spent_seconds();
+            let likely = sweep.levels.last().map_or(0.0, |l| l.wall_seconds);
+            let run = projected_run_seconds(spec, &figures, records);
+            let allowed =
+                sweep::allowed_seconds(run, spec.max_sweep_share, spec.min_sweep_seconds);
+            sweep.allowed_seconds = Some(allowed);
+            if sweep.levels.is_empty() || spent + likely <= allowed {
+                return Some(next);
+            }
+            sweep.cut_short = Some(format!(
+                "the sweep's budget: {spent:.0} s spent, and concurrency {} would take about \
+                 {likely:.0} s more, over the {allowed:.0} s allowed ({:.0}% of the projected \
+                 run, at least {:.0} s)",
+                next.0,
+                spec.max_sweep_share * 100.0,
+                spec.min_sweep_seconds
+            ));
+        }
+    }
+    // A geometric sweep of more than one level confirms its choice, within
+    // its budget or not: the levels after the first asked prompts the
+    // server had seen, and a projection from them alone can promise a run
+    // twice as fast as it will be (`Step::Confirm`). Its cost is counted
+    // with the sweep's. Levels given (a re-measurement's one level) are
+    // what is asked.
+    if spec.levels.is_some() || sweep.levels.len() < 2 || sweep.confirmation.is_some() {
         return None;
     }
+    let (index, _) = choose(spec, &figures)?;
+    Some((figures[index].concurrency, Step::Confirm))
+}
+
+/// The next level of the sweep itself (one planned, or one between the
+/// best and a neighbour), if any is left; sets why the planned levels
+/// stopped.
+fn next_in_sweep(
+    spec: &FeasibilitySpec,
+    sweep: &mut Sweep,
+    planned: &[usize],
+    figures: &[Figures],
+) -> Option<(usize, Step)> {
     let measured = |c: usize| sweep.levels.iter().any(|l| l.concurrency == c);
-    let figures: Vec<Figures> = sweep.levels.iter().map(Level::figures).collect();
-    let next = if sweep.stopped_because.is_none() {
+    if sweep.stopped_because.is_none() {
         match planned.iter().copied().find(|&c| !measured(c)) {
-            Some(c) => Some((c, Step::Sweep)),
+            Some(c) => return Some((c, Step::Sweep)),
             None => {
                 sweep.stopped_because = Some(match &spec.levels {
                     Some(_) => "every level given was measured".into(),
                     None => format!("the level cap of {} was reached", spec.max_concurrency),
                 });
-                None
             }
         }
-    } else {
-        None
-    };
+    }
     // Given levels are measured as given; a geometric sweep then measures
     // between the best and its neighbours.
-    let next = next
-        .or_else(|| {
-            if spec.levels.is_some() {
-                return None;
-            }
-            let c = sweep::between(&figures, &rules(spec)).into_iter().next()?;
-            Some((c, Step::Between))
-        })
-        .or_else(|| {
-            // A geometric sweep of more than one level confirms its choice;
-            // levels given (a re-measurement's one level) are what is asked.
-            if spec.levels.is_some() || sweep.levels.len() < 2 || sweep.confirmation.is_some() {
-                return None;
-            }
-            let (index, _) = choose(spec, &figures)?;
-            Some((figures[index].concurrency, Step::Confirm))
-        })?;
-    // Within the sweep's budget: what it spent and what the next level is
-    // likely to cost (as much as the last one did).
-    let spent = sweep.spent_seconds();
-    let likely = sweep.levels.last().map_or(0.0, |l| l.wall_seconds);
-    let run = projected_run_seconds(spec, &figures, records);
-    let allowed = sweep::allowed_seconds(run, spec.max_sweep_share, spec.min_sweep_seconds);
-    sweep.allowed_seconds = Some(allowed);
-    if !sweep.levels.is_empty() && spent + likely > allowed {
-        sweep.cut_short = Some(format!(
-            "the sweep's budget: {spent:.0} s spent, and concurrency {} would take about \
-             {likely:.0} s more, over the {allowed:.0} s allowed ({:.0}% of the projected run, \
-             at least {:.0} s)",
-            next.0,
-            spec.max_sweep_share * 100.0,
-            spec.min_sweep_seconds
-        ));
+    if spec.levels.is_some() {
         return None;
     }
-    Some(next)
+    let c = sweep::between(figures, &rules(spec)).into_iter().next()?;
+    Some((c, Step::Between))
 }
 
 /// The level the rules choose among `figures` (sorted or not), and why.
@@ -411,6 +440,7 @@ async fn run_inner(run: &RunContext, spec: FeasibilitySpec) -> Result<Ended, Str
         min_requests: spec.min_requests,
         min_seconds: spec.min_seconds,
         max_seconds: spec.max_seconds,
+        request_deadline_seconds: spec.request_deadline_seconds,
     };
     let planned = planned_levels(&spec);
     // The servers' own figures, each second: what limited each level.
@@ -446,14 +476,20 @@ async fn run_inner(run: &RunContext, spec: FeasibilitySpec) -> Result<Ended, Str
             return Ok(Ended::Stopped);
         }
         let began = std::time::Instant::now();
+        // The confirmation asks prompts no level asked, as the run will:
+        // see `Step::Confirm`.
+        let first = match step {
+            Step::Confirm => sweep.prompts_asked(),
+            Step::Sweep | Step::Between => 0,
+        };
         let measured = measure::level(
             &shape,
             client.clone(),
             template.clone(),
             sample.clone(),
+            first,
             c,
             window,
-            spec.request_deadline_seconds,
         );
         let mut level = tokio::select! {
             level = measured => level,
@@ -576,14 +612,21 @@ fn decide(
         Some((index, why)) => {
             // The projection is the confirmation's, when it measured the
             // level chosen and answered (see `Step::Confirm`).
-            let level = match &sweep.confirmation {
+            let (level, seen) = match &sweep.confirmation {
                 Some(again)
                     if again.concurrency == levels[index].concurrency
                         && !again.samples.is_empty() =>
                 {
-                    again
+                    // The run asks again the prompts the sweep asked: the
+                    // ones the server answers from its cache, if it has one.
+                    let asked = sweep.prompts_asked().min(spec.sample_size.min(usable as usize));
+                    let seen = projection::Seen {
+                        records: asked as u64,
+                        speedup: projection::cache_speedup(levels[index], again),
+                    };
+                    (again, seen)
                 }
-                _ => levels[index],
+                _ => (levels[index], projection::Seen::NONE),
             };
             choice = Some(Choice {
                 concurrency: level.concurrency,
@@ -591,7 +634,7 @@ fn decide(
             });
             let lengths =
                 projection::prompt_lengths(sweep.levels.iter().chain(&sweep.confirmation));
-            match projection::project(level, &lengths, records, &spec.price, seed) {
+            match projection::project(level, &lengths, records, seen, &spec.price, seed) {
                 Some(projection) => {
                     reasons = projection::verdict(&projection, &level.figures(), &spec.budget);
                     projected = Some(projection);

@@ -127,12 +127,57 @@ pub fn window_rates(level: &Level, target: f64, slope: f64) -> Vec<f64> {
         .collect()
 }
 
-/// Projects `records` records at `level`, the lengths taken from `lengths`
-/// (see the module's doc for the interval).
+/// The run's records whose prompts the server has already been asked (by
+/// the sweep), and how many times as fast it answers those: a server's
+/// prefix cache skips the prompt of a request it has seen.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Seen {
+    pub records: u64,
+    pub speedup: f64,
+}
+
+impl Seen {
+    /// Nothing seen, or no faster: every record takes the level's time.
+    pub const NONE: Seen = Seen {
+        records: 0,
+        speedup: 1.0,
+    };
+
+    /// The work of `records` records, counted in records of prompts the
+    /// server has not seen.
+    fn work(&self, records: f64) -> f64 {
+        let seen = (self.records as f64).min(records);
+        records - seen + seen / self.speedup.max(1.0)
+    }
+}
+
+/// How many times as fast the server answered the prompts it had seen
+/// (`seen`, at the concurrency chosen) as new ones (`new`, the same
+/// concurrency on prompts no level had asked), by their rates; 1 unless
+/// the server itself says it answered the first from its cache (a share of
+/// the prompts' tokens at least a quarter above the new ones'), so that
+/// two windows' noise is never taken for a cache.
+pub fn cache_speedup(seen: &Level, new: &Level) -> f64 {
+    let (Some(cached), Some(fresh)) = (seen.cached_input_share(), new.cached_input_share()) else {
+        return 1.0;
+    };
+    let (a, b) = (
+        seen.figures().requests_per_second,
+        new.figures().requests_per_second,
+    );
+    if cached < fresh + 0.25 || a <= 0.0 || b <= 0.0 {
+        return 1.0;
+    }
+    (a / b).clamp(1.0, 20.0)
+}
+
+/// Projects `records` records at `level`, the lengths taken from `lengths`,
+/// `seen` of them answered faster (see the module's doc for the interval).
 pub fn project(
     level: &Level,
     lengths: &[Lengths],
     records: u64,
+    seen: Seen,
     price: &Price,
     seed: u64,
 ) -> Option<Projection> {
@@ -142,6 +187,7 @@ pub fn project(
     }
     let c = level.concurrency as f64;
     let r = records as f64;
+    let work = seen.work(r);
     let slope = seconds_per_token(level);
     let mean = |pick: &mut dyn FnMut() -> usize, of: usize, get: &dyn Fn(usize) -> f64| {
         (0..of).map(|_| get(pick())).sum::<f64>() / of as f64
@@ -162,6 +208,7 @@ pub fn project(
     let point = Draw::of(
         point_rate,
         r,
+        work,
         [target, set(|l| l.input_tokens), set(|l| l.bytes)],
         price,
     );
@@ -182,6 +229,7 @@ pub fn project(
             Draw::of(
                 rate(c, lat, len, target, slope),
                 r,
+                work,
                 [target, avg(|l| l.input_tokens), avg(|l| l.bytes)],
                 price,
             )
@@ -211,7 +259,7 @@ pub fn project(
         // A window's length is the level's over all its windows, empty ones
         // included.
         let window_seconds = level.window_seconds / bins as f64;
-        let run_windows = (r / point.rate.max(1e-9) / window_seconds.max(1e-9)).max(1.0);
+        let run_windows = (work / point.rate.max(1e-9) / window_seconds.max(1e-9)).max(1.0);
         let half = t975(windows.len() - 1) * sd * (1.0 / k + 1.0 / run_windows).sqrt();
         // Added to the bootstrap's half-widths in quadrature, not taken as
         // the larger: the run has its own variation (the client's, the
@@ -257,10 +305,20 @@ pub fn project(
     method.push(format!(
         "± one request's latency ({edges:.2} s) for the run's start and end"
     ));
+    let cached = seen.records > 0 && seen.speedup > 1.0;
+    if cached {
+        method.push(format!(
+            "{} of the records ask prompts the sweep asked, which the server answered {:.2}× as \
+             fast from its prefix cache: they count as {:.0}",
+            seen.records.min(records),
+            seen.speedup,
+            seen.records.min(records) as f64 / seen.speedup
+        ));
+    }
     let hours = Estimate {
         value: point.hours,
-        low: (r / rate_estimate.high - edges).max(0.0) / 3600.0,
-        high: (r / rate_estimate.low + edges) / 3600.0,
+        low: (work / rate_estimate.high - edges).max(0.0) / 3600.0,
+        high: (work / rate_estimate.low + edges) / 3600.0,
     };
     let output = interval(point.output, |d| d.output);
     let input = interval(point.input, |d| d.input);
@@ -287,7 +345,7 @@ pub fn project(
         bytes,
         cost,
         interval: Some(method.join("; ")),
-        assumptions: vec![
+        assumptions: [
             format!(
                 "the output lengths of the {p} prompts measured stand for the whole set"
             ),
@@ -303,7 +361,14 @@ pub fn project(
                     String::new()
                 }
             ),
-        ],
+        ]
+        .into_iter()
+        .chain(cached.then(|| {
+            "the server still holds the sweep's prompts in its prefix cache when the run asks \
+             them again"
+                .to_string()
+        }))
+        .collect(),
     })
 }
 
@@ -319,9 +384,15 @@ struct Draw {
 
 impl Draw {
     /// At `rate` records a second, `records` records of these mean
-    /// [output tokens, input tokens, bytes].
-    fn of(rate: f64, records: f64, [output, input, bytes]: [f64; 3], price: &Price) -> Draw {
-        let hours = records / rate.max(1e-9) / 3600.0;
+    /// [output tokens, input tokens, bytes], worth `work` records' time.
+    fn of(
+        rate: f64,
+        records: f64,
+        work: f64,
+        [output, input, bytes]: [f64; 3],
+        price: &Price,
+    ) -> Draw {
+        let hours = work / rate.max(1e-9) / 3600.0;
         let (output, input) = (records * output, records * input);
         Draw {
             hours,
@@ -425,7 +496,7 @@ mod tests {
     fn the_projection_holds_its_point_inside_its_interval() {
         let l = level(8, 2.0, 100, 400);
         let lengths = prompt_lengths([&l]);
-        let p = project(&l, &lengths, 100_000, &Price::default(), 7).unwrap();
+        let p = project(&l, &lengths, 100_000, Seen::NONE, &Price::default(), 7).unwrap();
         // 8 in flight at about 2 s each: 4 records/s, 100k in about 6.9 h.
         assert!((p.records_per_second.value - 4.0).abs() < 0.1, "{p:?}");
         assert!(
@@ -435,7 +506,7 @@ mod tests {
         assert!(p.hours.low <= p.hours.value && p.hours.value <= p.hours.high);
         assert_eq!(p.output_tokens.value, 10_000_000.0);
         assert!(p.interval.as_deref().unwrap().contains("windows"), "{p:?}");
-        let again = project(&l, &lengths, 100_000, &Price::default(), 7).unwrap();
+        let again = project(&l, &lengths, 100_000, Seen::NONE, &Price::default(), 7).unwrap();
         assert_eq!(p, again, "same samples, same seed, same interval");
         let budget = Budget {
             max_hours: Some(5.0),
@@ -457,7 +528,7 @@ mod tests {
             }
         }
         let width = |l: &Level| {
-            let p = project(l, &prompt_lengths([l]), 10_000, &Price::default(), 1).unwrap();
+            let p = project(l, &prompt_lengths([l]), 10_000, Seen::NONE, &Price::default(), 1).unwrap();
             (p.hours.high - p.hours.low) / p.hours.value
         };
         assert!(
@@ -486,6 +557,7 @@ mod tests {
             &short,
             &prompt_lengths([&short]),
             1000,
+            Seen::NONE,
             &Price::default(),
             1,
         )
@@ -494,6 +566,7 @@ mod tests {
             &short,
             &prompt_lengths([&short, &long]),
             1000,
+            Seen::NONE,
             &Price::default(),
             1,
         )
@@ -503,6 +576,63 @@ mod tests {
             "{alone:?} {both:?}"
         );
         assert!(both.output_tokens.value > 2.0 * alone.output_tokens.value);
+    }
+
+    /// `l` with each answer saying `share` of its prompt came from the
+    /// server's cache.
+    fn cached(mut l: Level, share: f64) -> Level {
+        for s in &mut l.samples {
+            s.cached_tokens = Some((s.input_tokens as f64 * share) as u64);
+        }
+        l
+    }
+
+    #[test]
+    fn prompts_the_server_has_cached_count_at_the_speed_it_answered_them() {
+        // Asked before: 1 s a request, 90 % of the prompt cached; new: 2.5 s.
+        let seen = cached(level(8, 1.0, 100, 200), 0.9);
+        let new = cached(level(8, 2.5, 100, 200), 0.0);
+        let speedup = cache_speedup(&seen, &new);
+        assert!((speedup - 2.5).abs() < 0.01, "{speedup}");
+        let lengths = prompt_lengths([&new]);
+        let price = Price::default();
+        let plain = project(&new, &lengths, 1000, Seen::NONE, &price, 1).unwrap();
+        let half = Seen {
+            records: 500,
+            speedup,
+        };
+        let p = project(&new, &lengths, 1000, half, &price, 1).unwrap();
+        // 500 new records and 500 at 2.5× the speed: 700 records' time.
+        let ratio = p.hours.value / plain.hours.value;
+        assert!((ratio - 0.7).abs() < 0.01, "{ratio}");
+        assert!(p.hours.low <= p.hours.value && p.hours.value <= p.hours.high);
+        // The volume is every record's, whatever their speed.
+        assert_eq!(p.output_tokens.value, plain.output_tokens.value);
+        assert!(p.interval.unwrap().contains("prefix cache"));
+        // More seen than the run has: the run's records at most.
+        let all = Seen {
+            records: 5000,
+            speedup,
+        };
+        let p = project(&new, &lengths, 1000, all, &price, 1).unwrap();
+        assert!((p.hours.value / plain.hours.value - 0.4).abs() < 0.01);
+    }
+
+    #[test]
+    fn no_speedup_without_the_servers_word_that_it_cached() {
+        // Faster, but the server says nothing of a cache: noise or load,
+        // not a cache; and a cache it says the new prompts hit as much.
+        let fast = level(8, 1.0, 100, 200);
+        let slow = level(8, 2.5, 100, 200);
+        assert_eq!(cache_speedup(&fast, &slow), 1.0);
+        let both = (cached(fast, 0.6), cached(slow, 0.5));
+        assert_eq!(cache_speedup(&both.0, &both.1), 1.0);
+        // Cached, but the new prompts were answered faster: no slowdown.
+        let (seen, new) = (
+            cached(level(8, 2.5, 100, 200), 0.9),
+            cached(level(8, 1.0, 100, 200), 0.0),
+        );
+        assert_eq!(cache_speedup(&seen, &new), 1.0);
     }
 
     #[test]

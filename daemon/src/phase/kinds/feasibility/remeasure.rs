@@ -99,6 +99,7 @@ async fn inner(
         min_requests: spec.min_requests,
         min_seconds: spec.min_seconds,
         max_seconds: spec.max_seconds,
+        request_deadline_seconds: spec.request_deadline_seconds,
     };
 
     // Bounded by one request's deadline: a request out through its
@@ -130,9 +131,9 @@ async fn inner(
         client,
         template,
         Arc::new(sample),
+        0,
         c,
         window,
-        spec.request_deadline_seconds,
     );
     let level = tokio::select! {
         level = measured => level,
@@ -151,7 +152,14 @@ async fn inner(
         Err(_) => left_of(&generation.progress),
     };
     let lengths = projection::prompt_lengths([&level]);
-    let projection = projection::project(&level, &lengths, left, &spec.price, seed);
+    let projection = projection::project(
+        &level,
+        &lengths,
+        left,
+        projection::Seen::NONE,
+        &spec.price,
+        seed,
+    );
     if let Some(projection) = &projection {
         hold.rebase(projection.clone());
     }

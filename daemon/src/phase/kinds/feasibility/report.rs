@@ -271,13 +271,24 @@ pub fn html_with_runs(result: &FeasibilityResult, runs: &[Outcome]) -> String {
         let first = result
             .levels
             .iter()
-            .find(|l| l.concurrency == again.concurrency)
-            .map_or(0.0, |l| l.output_tokens_per_second);
+            .find(|l| l.concurrency == again.concurrency);
+        let cache = match (first.and_then(|l| l.cached_input_share), again.cached_input_share) {
+            (Some(seen), Some(new)) => format!(
+                " The server took {:.0} % of these prompts' tokens from its prefix cache, and \
+                 {:.0} % of the sweep's, which every level asked again.",
+                new * 100.0,
+                seen * 100.0
+            ),
+            _ => String::new(),
+        };
         out.push_str(&format!(
             "<p>Measured again to confirm: {:.1} output tokens/s at concurrency {} (the sweep \
-             measured {:.1}); the projection is made from this second window, which was not \
-             chosen for being high.</p>",
-            again.output_tokens_per_second, again.concurrency, first
+             measured {:.1}), on prompts no level had asked, as the run asks each prompt once; \
+             the projection is made from this second window, which was not chosen for being \
+             high.{cache}</p>",
+            again.output_tokens_per_second,
+            again.concurrency,
+            first.map_or(0.0, |l| l.output_tokens_per_second)
         ));
     }
     let tps: Vec<(f64, f64)> = result
@@ -298,7 +309,8 @@ pub fn html_with_runs(result: &FeasibilityResult, runs: &[Outcome]) -> String {
         "</div><div class=\"scroll\"><table><tr><th>concurrency</th><th>requests</th><th>req/s</th><th>out tok/s</th>\
          <th>in tok/s</th><th>TTFT p50</th><th>ITL p50</th><th>e2e p50</th><th>e2e p90</th>\
          <th>e2e p99</th><th>out len p50</th><th>out len p99</th><th>at length</th>\
-         <th>errors</th><th>bytes/rec</th><th>server: running / queued / KV max</th>\
+         <th>errors</th><th>bytes/rec</th><th>prompt cached</th>\
+         <th>server: running / queued / KV max</th>\
          <th>limited by</th></tr>",
     );
     for l in &result.levels {
@@ -310,7 +322,7 @@ pub fn html_with_runs(result: &FeasibilityResult, runs: &[Outcome]) -> String {
         out.push_str(&format!(
             "<tr{row_class}><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>\
              <td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}%</td>\
-             <td>{}%</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+             <td>{}%</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
             l.concurrency,
             l.requests,
             fmt(Some(l.requests_per_second), 2),
@@ -326,6 +338,8 @@ pub fn html_with_runs(result: &FeasibilityResult, runs: &[Outcome]) -> String {
             fmt(Some(l.length_finish_share * 100.0), 1),
             fmt(Some(l.error_rate * 100.0), 1),
             fmt(Some(l.bytes_per_record), 0),
+            l.cached_input_share
+                .map_or("-".to_string(), |s| format!("{:.0}%", s * 100.0)),
             server_figures(l.server.as_ref()),
             escape(l.limited_by.as_deref().unwrap_or("-")),
         ));

@@ -25,6 +25,10 @@ pub struct Sample {
     /// one prompt count as one prompt's length.
     #[serde(default)]
     pub prompt: Option<u32>,
+    /// Of `input_tokens`, those the server said it took from its prefix
+    /// cache (`usage.prompt_tokens_details.cached_tokens`), if it says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cached_tokens: Option<u64>,
 }
 
 /// What one concurrency level measured.
@@ -48,6 +52,13 @@ pub struct Level {
     /// `/metrics`), when it has one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub server: Option<crate::telemetry::server_metrics::Summary>,
+    /// The sample's prompts it asked: from `first_prompt` on, in turn,
+    /// `prompts_asked` of them (abandoned ones included: the server saw
+    /// them), wrapping at the sample's end.
+    #[serde(default)]
+    pub first_prompt: usize,
+    #[serde(default)]
+    pub prompts_asked: usize,
 }
 
 pub use todod_proto::results::Spread;
@@ -103,6 +114,17 @@ impl Level {
             windows[i].push(s);
         }
         windows
+    }
+
+    /// The share of the answered prompts' tokens the server took from its
+    /// prefix cache, over the answers that say.
+    pub fn cached_input_share(&self) -> Option<f64> {
+        let (cached, input) = self
+            .samples
+            .iter()
+            .filter_map(|s| Some((s.cached_tokens?, s.input_tokens)))
+            .fold((0u64, 0u64), |(c, i), (sc, si)| (c + sc.min(si), i + si));
+        (input > 0).then(|| cached as f64 / input as f64)
     }
 
     /// The standard error of the level's output tokens a second, from its
@@ -179,6 +201,7 @@ impl Level {
                 sum(&|s| s.bytes as f64) / ok
             },
             output_tokens_per_second_se: self.output_rate_se(),
+            cached_input_share: self.cached_input_share(),
             server: self.server.clone(),
             limited_by: self
                 .server
@@ -267,10 +290,13 @@ pub(crate) mod tests {
                     bytes: 300,
                     offset: window * i as f64 / n as f64,
                     prompt: Some(i as u32),
+                    cached_tokens: None,
                 })
                 .collect(),
             wall_seconds: window + latency,
             server: None,
+            first_prompt: 0,
+            prompts_asked: n,
         }
     }
 
