@@ -128,6 +128,10 @@ pub struct Choice {
 pub struct SweepSample {
     pub size: usize,
     pub seed: u64,
+    /// How many of the sample's prompts, from its first, the sweep asked
+    /// (the ones a server with a prefix cache has seen).
+    #[serde(default)]
+    pub asked: usize,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -655,6 +655,7 @@ fn decide(
         sample: SweepSample {
             size: spec.sample_size.min(usable as usize),
             seed,
+            asked: sweep.prompts_asked().min(spec.sample_size.min(usable as usize)),
         },
         warmup: Warmup {
             requests_per_endpoint: spec.warmup_requests,

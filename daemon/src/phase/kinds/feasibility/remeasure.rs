@@ -22,6 +22,7 @@ use super::{measure, FeasibilitySpec, DEFAULT_SEED};
 use crate::domain::{Status, TaskId};
 use crate::phase::gate::Gates;
 use crate::phase::kinds::generation::held::{self as vouch, Vouch};
+use crate::phase::kinds::generation::prompts::Prompt;
 use crate::phase::kinds::generation::GenerationSpec;
 use crate::proto::results::{self, Compared, FeasibilityResult, Remeasured};
 use crate::store::Store;
@@ -126,11 +127,20 @@ async fn inner(
         }));
     };
     let drained = holding.elapsed().as_secs_f64();
+    let asked = feasibility
+        .result
+        .as_deref()
+        .and_then(results::parse::<FeasibilityResult>)
+        .map_or(0, |r| r.sample.asked);
+    let position = match store.get_task(task).await {
+        Ok(now) => ended_of(&now.progress).0,
+        Err(_) => ended_of(&generation.progress).0,
+    };
     let measured = measure::level(
         &shape,
         client,
         template,
-        Arc::new(sample),
+        Arc::new(unseen(sample, asked, position + c as u64)),
         0,
         c,
         window,
@@ -178,13 +188,41 @@ async fn inner(
 }
 
 /// Records the run has still to answer, by its last progress report.
-fn left_of(progress: &Option<String>) -> u64 {
+/// The sample's prompts a server with a prefix cache has not seen, as far
+/// as can be told: not the `asked` the sweep asked, and past line
+/// `position` of the file, which the run has not reached (nearest first,
+/// so that the next re-measurement, once the run has passed them, asks
+/// others). A run asks each prompt once; prompts the server answers from
+/// its cache would measure it faster than the run finds it. When none is
+/// left, the whole sample: a measurement, if a flattering one.
+fn unseen(sample: Vec<Prompt>, asked: usize, position: u64) -> Vec<Prompt> {
+    let mut ahead: Vec<Prompt> = sample
+        .iter()
+        .skip(asked)
+        .filter(|p| p.line > position)
+        .cloned()
+        .collect();
+    if ahead.is_empty() {
+        return sample;
+    }
+    ahead.sort_by_key(|p| p.line);
+    ahead
+}
+
+/// What the run's progress says: the records it has ended (done or
+/// failed: how far into its prompt file it is) and its total.
+fn ended_of(progress: &Option<String>) -> (u64, u64) {
     let p: Value = progress
         .as_deref()
         .and_then(|p| serde_json::from_str(p).ok())
         .unwrap_or_default();
     let n = |k: &str| p[k].as_u64().unwrap_or(0);
-    n("total").saturating_sub(n("done") + n("failed"))
+    (n("done") + n("failed"), n("total"))
+}
+
+fn left_of(progress: &Option<String>) -> u64 {
+    let (ended, total) = ended_of(progress);
+    total.saturating_sub(ended)
 }
 
 fn outcome(
@@ -270,5 +308,27 @@ mod tests {
         assert_eq!(left_of(&None), 0);
         let over = Some(r#"{"done": 120, "total": 100}"#.to_string());
         assert_eq!(left_of(&over), 0);
+    }
+
+    fn prompt(line: u64) -> Prompt {
+        Prompt {
+            id: format!("p{line}"),
+            line,
+            input: serde_json::value::RawValue::from_string(format!("\"{line}\"")).unwrap(),
+            fields: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_remeasure_asks_prompts_neither_the_sweep_nor_the_run_has_asked() {
+        // The sample in its drawn order; the sweep asked its first three.
+        let sample: Vec<Prompt> = [50, 10, 90, 70, 20, 80, 60].map(prompt).into();
+        let lines = |v: Vec<Prompt>| v.iter().map(|p| p.line).collect::<Vec<_>>();
+        // The run is past line 30: 20 is behind it; nearest first.
+        assert_eq!(lines(unseen(sample.clone(), 3, 30)), [60, 70, 80]);
+        assert_eq!(lines(unseen(sample.clone(), 3, 75)), [80]);
+        // None left: the whole sample, as drawn.
+        assert_eq!(lines(unseen(sample.clone(), 3, 100)).len(), 7);
+        assert_eq!(lines(unseen(sample, 7, 0)).len(), 7);
     }
 }
