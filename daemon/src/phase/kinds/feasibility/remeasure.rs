@@ -235,11 +235,14 @@ fn outcome(
     (drained, held): (f64, f64),
 ) -> Remeasured {
     let now = level.figures();
+    // The confirmation, where it measured this level: like this
+    // measurement, it asked prompts the server had not seen.
     let then = sweep
         .and_then(results::parse::<FeasibilityResult>)
         .and_then(|r| {
-            r.levels
+            r.confirmation
                 .into_iter()
+                .chain(r.levels)
                 .find(|l| l.concurrency == level.concurrency)
         });
     let tokens = Compared::new(
