@@ -106,6 +106,37 @@ fn level(r: &Value, c: u64) -> &Value {
         .unwrap_or_else(|| panic!("no level {c} in {r:#}"))
 }
 
+/// Holds a generation's projection `p` against the wall time the test
+/// measured itself (`wall`, hours): within `bound` of its point, and inside
+/// its interval.
+fn held(p: &Value, wall: f64, bound: f64) {
+    let hours = &p["projected_hours"];
+    let (projected, low, high) = (
+        hours["value"].as_f64().unwrap(),
+        hours["low"].as_f64().unwrap(),
+        hours["high"].as_f64().unwrap(),
+    );
+    let error = wall / projected - 1.0;
+    println!(
+        "projected {:.1} s ({:.1}-{:.1}), measured {:.1} s, error {:+.1}%",
+        projected * 3600.0,
+        low * 3600.0,
+        high * 3600.0,
+        wall * 3600.0,
+        error * 100.0
+    );
+    assert!(
+        error.abs() <= bound,
+        "projection off by {:+.1}%: {p}",
+        error * 100.0
+    );
+    assert!(
+        low <= wall && wall <= high,
+        "measured {:.1} s, outside the interval: {p}",
+        wall * 3600.0
+    );
+}
+
 fn lines(path: &Path) -> usize {
     std::fs::read_to_string(path)
         .unwrap_or_default()
@@ -274,31 +305,7 @@ async fn the_knee_is_chosen_and_the_projection_holds_for_the_generation_that_fol
     assert_eq!(lines(&dir.path().join("out.jsonl")), 600);
     let g = result(&generated);
     let p = &g["projection"];
-    let projected = p["projected_hours"]["value"].as_f64().unwrap();
-    let (low, high) = (
-        p["projected_hours"]["low"].as_f64().unwrap(),
-        p["projected_hours"]["high"].as_f64().unwrap(),
-    );
-    // The projection against the wall time the test measured itself.
-    let error = wall / projected - 1.0;
-    println!(
-        "projected {:.1} s ({:.1}-{:.1}), measured {:.1} s, error {:+.1}%",
-        projected * 3600.0,
-        low * 3600.0,
-        high * 3600.0,
-        wall * 3600.0,
-        error * 100.0
-    );
-    assert!(
-        error.abs() <= 0.10,
-        "projection off by {:+.1}%: {p}",
-        error * 100.0
-    );
-    assert!(
-        low <= wall && wall <= high,
-        "measured {:.1} s, outside the interval: {p}",
-        wall * 3600.0
-    );
+    held(p, wall, 0.10);
     // What the daemon reports is what the test measured (but for the
     // moments between its run and the test's view of it), and so is its
     // verdict.
@@ -309,7 +316,7 @@ async fn the_knee_is_chosen_and_the_projection_holds_for_the_generation_that_fol
         actual * 3600.0,
         wall * 3600.0
     );
-    assert_eq!(p["inside_interval"], low <= wall && wall <= high, "{p}");
+    assert_eq!(p["inside_interval"], true, "{p}");
     // The live progress carried the projection too.
     let detail: Value = serde_json::from_str(&generated.progress.unwrap().detail_json).unwrap();
     assert_eq!(detail["feasibility"], feasibility.as_str());
@@ -373,34 +380,10 @@ async fn a_server_that_caches_prompts_is_projected_from_prompts_it_has_not_seen(
     let wall = started.elapsed().as_secs_f64() / 3600.0;
     assert_eq!(generated.status, "completed", "{}", generated.error);
     assert_eq!(lines(&dir.path().join("out.jsonl")), 300);
-    let p = &result(&generated)["projection"];
-    let hours = &p["projected_hours"];
-    let (projected, low, high) = (
-        hours["value"].as_f64().unwrap(),
-        hours["low"].as_f64().unwrap(),
-        hours["high"].as_f64().unwrap(),
-    );
-    let error = wall / projected - 1.0;
-    println!(
-        "cache speedup {speedup:.2}; projected {:.1} s ({:.1}-{:.1}), measured {:.1} s, {:+.1}%",
-        projected * 3600.0,
-        low * 3600.0,
-        high * 3600.0,
-        wall * 3600.0,
-        error * 100.0
-    );
+    println!("cache speedup {speedup:.2}");
     // Projected from the levels' cached prompts, the run would take about
     // 1.5 times its projection.
-    assert!(
-        error.abs() <= 0.2,
-        "projection off by {:+.1}%: {p}",
-        error * 100.0
-    );
-    assert!(
-        low <= wall && wall <= high,
-        "measured {:.1} s, outside the interval: {p}",
-        wall * 3600.0
-    );
+    held(&result(&generated)["projection"], wall, 0.2);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
