@@ -105,9 +105,17 @@ impl Sweep {
     /// How far into the sample the levels and the confirmation have asked:
     /// the prompts before it are the ones the server has seen.
     fn prompts_asked(&self) -> usize {
+        self.levels_asked().max(
+            self.confirmation
+                .as_ref()
+                .map_or(0, |l| l.first_prompt + l.prompts_asked),
+        )
+    }
+
+    /// How far into the sample the levels alone have asked.
+    fn levels_asked(&self) -> usize {
         self.levels
             .iter()
-            .chain(&self.confirmation)
             .map(|l| l.first_prompt + l.prompts_asked)
             .max()
             .unwrap_or(0)
@@ -612,21 +620,24 @@ fn decide(
         Some((index, why)) => {
             // The projection is the confirmation's, when it measured the
             // level chosen and answered (see `Step::Confirm`).
-            let (level, seen) = match &sweep.confirmation {
+            let sample = spec.sample_size.min(usable as usize);
+            let (level, seen, repeated) = match &sweep.confirmation {
                 Some(again)
                     if again.concurrency == levels[index].concurrency
                         && !again.samples.is_empty() =>
                 {
                     // The run asks again the prompts the sweep asked: the
                     // ones the server answers from its cache, if it has one.
-                    let asked = sweep.prompts_asked().min(spec.sample_size.min(usable as usize));
                     let seen = projection::Seen {
-                        records: asked as u64,
+                        records: sweep.prompts_asked().min(sample) as u64,
                         speedup: projection::cache_speedup(levels[index], again),
                     };
-                    (again, seen)
+                    // A sample too small for the confirmation's window
+                    // wraps to prompts the levels asked.
+                    let fresh = sample.saturating_sub(sweep.levels_asked());
+                    (again, seen, again.prompts_asked.saturating_sub(fresh))
                 }
-                _ => (levels[index], projection::Seen::NONE),
+                _ => (levels[index], projection::Seen::NONE, 0),
             };
             choice = Some(Choice {
                 concurrency: level.concurrency,
@@ -635,7 +646,15 @@ fn decide(
             let lengths =
                 projection::prompt_lengths(sweep.levels.iter().chain(&sweep.confirmation));
             match projection::project(level, &lengths, records, seen, &spec.price, seed) {
-                Some(projection) => {
+                Some(mut projection) => {
+                    if repeated > 0 {
+                        projection.assumptions.push(format!(
+                            "the sample ran out: {repeated} of the confirmation's {} requests \
+                             asked prompts the levels had asked, which a server with a prefix \
+                             cache answers faster (a larger sample_size or prompt file avoids it)",
+                            level.prompts_asked
+                        ));
+                    }
                     reasons = projection::verdict(&projection, &level.figures(), &spec.budget);
                     projected = Some(projection);
                 }

@@ -155,7 +155,7 @@ impl Seen {
 /// (`seen`, at the concurrency chosen) as new ones (`new`, the same
 /// concurrency on prompts no level had asked), by their rates; 1 unless
 /// the server itself says it answered the first from its cache (a share of
-/// the prompts' tokens at least a quarter above the new ones'), so that
+/// the prompts' tokens at least 25 points above the new ones'), so that
 /// two windows' noise is never taken for a cache.
 pub fn cache_speedup(seen: &Level, new: &Level) -> f64 {
     let (Some(cached), Some(fresh)) = (seen.cached_input_share(), new.cached_input_share()) else {
@@ -335,11 +335,19 @@ pub fn project(
         }
         e
     });
+    // The run's rate over all its records, the seen ones at their speed:
+    // what its ETA, calibration and drift check hold it to.
+    let over_run = r / work.max(1e-9);
+    let records_per_second = Estimate {
+        value: rate_estimate.value * over_run,
+        low: rate_estimate.low * over_run,
+        high: rate_estimate.high * over_run,
+    };
     Some(Projection {
         records,
         concurrency: level.concurrency,
         hours,
-        records_per_second: rate_estimate,
+        records_per_second,
         output_tokens: output,
         input_tokens: input,
         bytes,
@@ -606,8 +614,11 @@ mod tests {
         let ratio = p.hours.value / plain.hours.value;
         assert!((ratio - 0.7).abs() < 0.01, "{ratio}");
         assert!(p.hours.low <= p.hours.value && p.hours.value <= p.hours.high);
-        // The volume is every record's, whatever their speed.
+        // The volume is every record's, whatever their speed; the rate is
+        // the run's over all of them, as its hours say.
         assert_eq!(p.output_tokens.value, plain.output_tokens.value);
+        let rate = p.records_per_second.value;
+        assert!((1000.0 / rate / 3600.0 / p.hours.value - 1.0).abs() < 1e-9);
         assert!(p.interval.unwrap().contains("prefix cache"));
         // More seen than the run has: the run's records at most.
         let all = Seen {

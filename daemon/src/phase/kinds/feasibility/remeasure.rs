@@ -188,25 +188,25 @@ async fn inner(
 }
 
 /// Records the run has still to answer, by its last progress report.
-/// The sample's prompts a server with a prefix cache has not seen, as far
-/// as can be told: not the `asked` the sweep asked, and past line
-/// `position` of the file, which the run has not reached (nearest first,
-/// so that the next re-measurement, once the run has passed them, asks
-/// others). A run asks each prompt once; prompts the server answers from
-/// its cache would measure it faster than the run finds it. When none is
-/// left, the whole sample: a measurement, if a flattering one.
+/// The sample's prompts in the order a re-measurement asks them: first
+/// those a server with a prefix cache has not seen, as far as can be told
+/// (not the `asked` the sweep asked, and past line `position` of the file,
+/// which the run has not reached; nearest first, so that the next
+/// re-measurement, once the run has passed them, asks others), then the
+/// rest of the sample, so that a window longer than the unseen prompts
+/// repeats none of them too soon. A run asks each prompt once; prompts the
+/// server answers from its cache would measure it faster than the run
+/// finds it.
 fn unseen(sample: Vec<Prompt>, asked: usize, position: u64) -> Vec<Prompt> {
-    let mut ahead: Vec<Prompt> = sample
-        .iter()
-        .skip(asked)
-        .filter(|p| p.line > position)
-        .cloned()
-        .collect();
-    if ahead.is_empty() {
-        return sample;
-    }
-    ahead.sort_by_key(|p| p.line);
-    ahead
+    let (mut ahead, mut rest): (Vec<_>, Vec<_>) = sample
+        .into_iter()
+        .enumerate()
+        .partition(|(i, p)| *i >= asked && p.line > position);
+    ahead.sort_by_key(|(_, p)| p.line);
+    // Of the rest, the run's own (asked once, by the run) before the
+    // sweep's (asked at every level).
+    rest.sort_by_key(|(i, _)| std::cmp::Reverse(*i >= asked));
+    ahead.into_iter().chain(rest).map(|(_, p)| p).collect()
 }
 
 /// What the run's progress says: the records it has ended (done or
@@ -327,11 +327,21 @@ mod tests {
         // The sample in its drawn order; the sweep asked its first three.
         let sample: Vec<Prompt> = [50, 10, 90, 70, 20, 80, 60].map(prompt).into();
         let lines = |v: Vec<Prompt>| v.iter().map(|p| p.line).collect::<Vec<_>>();
-        // The run is past line 30: 20 is behind it; nearest first.
-        assert_eq!(lines(unseen(sample.clone(), 3, 30)), [60, 70, 80]);
-        assert_eq!(lines(unseen(sample.clone(), 3, 75)), [80]);
-        // None left: the whole sample, as drawn.
-        assert_eq!(lines(unseen(sample.clone(), 3, 100)).len(), 7);
-        assert_eq!(lines(unseen(sample, 7, 0)).len(), 7);
+        // The run is past line 30: 20 is behind it; nearest first, then
+        // the run's, then the sweep's.
+        assert_eq!(
+            lines(unseen(sample.clone(), 3, 30)),
+            [60, 70, 80, 20, 50, 10, 90]
+        );
+        assert_eq!(
+            lines(unseen(sample.clone(), 3, 75)),
+            [80, 70, 20, 60, 50, 10, 90]
+        );
+        // None unseen: the run's, then the sweep's, each as drawn.
+        assert_eq!(
+            lines(unseen(sample.clone(), 3, 100)),
+            [70, 20, 80, 60, 50, 10, 90]
+        );
+        assert_eq!(lines(unseen(sample, 7, 0)), [50, 10, 90, 70, 20, 80, 60]);
     }
 }

@@ -283,7 +283,8 @@ pub fn html_with_runs(result: &FeasibilityResult, runs: &[Outcome]) -> String {
         };
         out.push_str(&format!(
             "<p>Measured again to confirm: {:.1} output tokens/s at concurrency {} (the sweep \
-             measured {:.1}), on prompts no level had asked, as the run asks each prompt once; \
+             measured {:.1}), on the sampled prompts after those the levels asked, as the run \
+             asks each prompt once; \
              the projection is made from this second window, which was not chosen for being \
              high.{cache}</p>",
             again.output_tokens_per_second,
