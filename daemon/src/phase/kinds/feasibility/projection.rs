@@ -13,6 +13,9 @@
 //! rate varies between windows more than a bootstrap over one window shows);
 //! and the rate the window actually saw, for how well Little's law holds;
 //! then one request's latency either side, for the run's start and end.
+//! The records whose prompts the sweep asked count at the speed the server
+//! answered them from its prefix cache ([`Seen`]), when it says it cached
+//! them; the speedup's own uncertainty is not in the interval.
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
