@@ -11,7 +11,7 @@ use serde_json::{Map, Value};
 
 use super::endpoints::Endpoints;
 use super::retry::{unit_random, Backoff, Failure};
-use super::sse::{SseEvent, SseParser};
+use super::sse::{SseParser, SsePayload};
 
 /// Which API a request uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -493,37 +493,57 @@ impl InferenceClient {
             sent,
             ..StreamAccumulator::default()
         };
-        loop {
-            let idle = tokio::time::Instant::now() + self.limits.idle_timeout;
-            let (limit, which) = if idle < deadline {
-                (idle, "idle")
+        // One timer for the whole stream, set for the idle limit or the
+        // deadline, whichever comes first, and moved on only when it fires
+        // before its time: a server sends an event per token, and a timer
+        // put into the wheel and taken out again per event was a few
+        // percent of the daemon's CPU at 16k streams.
+        let idle = self.limits.idle_timeout;
+        let limit = |last: tokio::time::Instant| {
+            let at = last + idle;
+            if at < deadline {
+                (at, "idle")
             } else {
                 (deadline, "deadline")
+            }
+        };
+        let mut last = tokio::time::Instant::now();
+        let timer = tokio::time::sleep_until(limit(last).0);
+        tokio::pin!(timer);
+        loop {
+            let next = tokio::select! {
+                biased;
+                next = chunks.next() => next,
+                () = &mut timer => {
+                    let (at, which) = limit(last);
+                    if at <= tokio::time::Instant::now() {
+                        return Err(Failure::Timeout { which });
+                    }
+                    timer.as_mut().reset(at);
+                    continue;
+                }
             };
-            let next = tokio::time::timeout_at(limit, chunks.next())
-                .await
-                .map_err(|_| Failure::Timeout { which })?;
-            let events = match next {
-                Some(chunk) => parser
-                    .feed(&chunk.map_err(transport_failure)?)
-                    .map_err(Failure::Malformed)?,
+            last = tokio::time::Instant::now();
+            match next {
+                Some(chunk) => {
+                    let chunk = chunk.map_err(transport_failure)?;
+                    let done =
+                        parser.feed_each(&chunk, Failure::Malformed, |p| acc.take(p, api))?;
+                    if done {
+                        finish_body(&mut chunks).await;
+                        return acc.finish();
+                    }
+                }
                 None => {
                     // The body ended; a last event without its blank line counts.
-                    let rest = parser.finish().into_iter().collect::<Vec<_>>();
-                    for event in rest {
-                        if acc.take(event, api)? {
+                    if let Some(event) = parser.finish() {
+                        if acc.take(event.as_payload(), api)? {
                             return acc.finish();
                         }
                     }
                     return Err(Failure::Incomplete(
                         "the stream ended without [DONE]".into(),
                     ));
-                }
-            };
-            for event in events {
-                if acc.take(event, api)? {
-                    finish_body(&mut chunks).await;
-                    return acc.finish();
                 }
             }
         }
@@ -614,13 +634,25 @@ mod wire {
 
     use super::Usage;
 
+    /// `#[serde(borrow)]` borrows a bare `Cow<str>` but not one inside an
+    /// `Option`: that one is always copied. A stream sends its text (and the
+    /// model's name) once per token, so each would be an allocation.
+    fn borrowed<'de: 'a, 'a, D>(d: D) -> Result<Option<Cow<'a, str>>, D::Error>
+    where
+        D: serde::Deserializer<'de>,
+    {
+        #[derive(Deserialize)]
+        struct Borrowed<'a>(#[serde(borrow)] Cow<'a, str>);
+        Ok(Option::<Borrowed<'a>>::deserialize(d)?.map(|b| b.0))
+    }
+
     #[derive(Deserialize, Default)]
     pub struct Text<'a> {
-        #[serde(borrow, default)]
+        #[serde(borrow, default, deserialize_with = "borrowed")]
         pub content: Option<Cow<'a, str>>,
-        #[serde(borrow, default)]
+        #[serde(borrow, default, deserialize_with = "borrowed")]
         pub reasoning_content: Option<Cow<'a, str>>,
-        #[serde(borrow, default)]
+        #[serde(borrow, default, deserialize_with = "borrowed")]
         pub reasoning: Option<Cow<'a, str>>,
         #[serde(borrow, default)]
         pub tool_calls: Option<Vec<Call<'a>>>,
@@ -631,9 +663,9 @@ mod wire {
     pub struct Call<'a> {
         #[serde(default)]
         pub index: Option<usize>,
-        #[serde(borrow, default)]
+        #[serde(borrow, default, deserialize_with = "borrowed")]
         pub id: Option<Cow<'a, str>>,
-        #[serde(borrow, default, rename = "type")]
+        #[serde(borrow, default, rename = "type", deserialize_with = "borrowed")]
         pub kind: Option<Cow<'a, str>>,
         #[serde(borrow, default)]
         pub function: Option<Function<'a>>,
@@ -641,7 +673,7 @@ mod wire {
 
     #[derive(Deserialize, Default)]
     pub struct Function<'a> {
-        #[serde(borrow, default)]
+        #[serde(borrow, default, deserialize_with = "borrowed")]
         pub name: Option<Cow<'a, str>>,
         /// Text as the API sends it; an object from a lenient server.
         #[serde(borrow, default)]
@@ -671,15 +703,15 @@ mod wire {
         #[serde(borrow, default)]
         pub delta: Option<Text<'a>>,
         /// Completions (both whole and streamed).
-        #[serde(borrow, default)]
+        #[serde(borrow, default, deserialize_with = "borrowed")]
         pub text: Option<Cow<'a, str>>,
-        #[serde(borrow, default)]
+        #[serde(borrow, default, deserialize_with = "borrowed")]
         pub finish_reason: Option<Cow<'a, str>>,
     }
 
     #[derive(Deserialize)]
     pub struct Answer<'a> {
-        #[serde(borrow, default)]
+        #[serde(borrow, default, deserialize_with = "borrowed")]
         pub model: Option<Cow<'a, str>>,
         #[serde(borrow, default)]
         pub choices: Option<Vec<Choice<'a>>>,
@@ -793,12 +825,12 @@ impl Default for StreamAccumulator {
 
 impl StreamAccumulator {
     /// Takes one event; true once the stream is done.
-    fn take(&mut self, event: SseEvent, api: Api) -> Result<bool, Failure> {
+    fn take(&mut self, event: SsePayload<'_>, api: Api) -> Result<bool, Failure> {
         let data = match event {
-            SseEvent::Done => return Ok(true),
-            SseEvent::Data(data) => data,
+            SsePayload::Done => return Ok(true),
+            SsePayload::Data(data) => data,
         };
-        let chunk: wire::Answer = serde_json::from_str(&data)
+        let chunk: wire::Answer = serde_json::from_str(data)
             .map_err(|e| Failure::Malformed(format!("a stream chunk is not JSON: {e}")))?;
         if let Some(error) = chunk.error {
             let message = server_message(error.get());
@@ -962,10 +994,7 @@ mod tests {
     fn streamed_tool_calls_are_put_together_by_index() {
         let mut acc = StreamAccumulator::default();
         let chunk = |delta: Value, finish: Value| {
-            SseEvent::Data(
-                json!({"choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
-                    .to_string(),
-            )
+            json!({"choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}).to_string()
         };
         for (delta, finish) in [
             (
@@ -988,9 +1017,10 @@ mod tests {
             ),
             (json!({}), json!("tool_calls")),
         ] {
-            assert!(!acc.take(chunk(delta, finish), Api::Chat).unwrap());
+            let data = chunk(delta, finish);
+            assert!(!acc.take(SsePayload::Data(&data), Api::Chat).unwrap());
         }
-        assert!(acc.take(SseEvent::Done, Api::Chat).unwrap());
+        assert!(acc.take(SsePayload::Done, Api::Chat).unwrap());
         let c = acc.finish().unwrap();
         assert_eq!(c.finish_reason, "tool_calls");
         assert!(c.first_token.is_some());
@@ -998,6 +1028,25 @@ mod tests {
             serde_json::to_value(&c.tool_calls).unwrap(),
             json!([{"id": "call_a", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\": \"Oslo\"}"}},
                    {"id": "call_b", "type": "function", "function": {"name": "f", "arguments": "{}"}}])
+        );
+    }
+
+    #[test]
+    fn a_stream_chunks_text_is_borrowed_and_escapes_still_read() {
+        let plain =
+            r#"{"model": "m", "choices": [{"delta": {"content": "hi"}, "finish_reason": null}]}"#;
+        let chunk: wire::Answer = serde_json::from_str(plain).unwrap();
+        let choice = &chunk.choices.as_ref().unwrap()[0];
+        let content = choice.delta.as_ref().unwrap().content.as_ref().unwrap();
+        assert!(matches!(content, std::borrow::Cow::Borrowed("hi")));
+        assert!(matches!(chunk.model, Some(std::borrow::Cow::Borrowed("m"))));
+        assert!(choice.finish_reason.is_none());
+        let escaped = r#"{"choices": [{"delta": {"content": "a\nb"}}]}"#;
+        let chunk: wire::Answer = serde_json::from_str(escaped).unwrap();
+        let choice = &chunk.choices.as_ref().unwrap()[0];
+        assert_eq!(
+            choice.delta.as_ref().unwrap().content.as_deref(),
+            Some("a\nb")
         );
     }
 

@@ -30,10 +30,62 @@ pub enum SseEvent {
     Done,
 }
 
+impl SseEvent {
+    pub fn as_payload(&self) -> SsePayload<'_> {
+        match self {
+            SseEvent::Data(data) => SsePayload::Data(data),
+            SseEvent::Done => SsePayload::Done,
+        }
+    }
+}
+
+/// One complete event's payload, borrowed from the parser.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SsePayload<'a> {
+    Data(&'a str),
+    Done,
+}
+
+impl<'a> SsePayload<'a> {
+    fn of(payload: &'a str) -> SsePayload<'a> {
+        if payload.trim() == "[DONE]" {
+            SsePayload::Done
+        } else {
+            SsePayload::Data(payload)
+        }
+    }
+
+    pub fn to_owned(self) -> SseEvent {
+        match self {
+            SsePayload::Data(data) => SseEvent::Data(data.to_string()),
+            SsePayload::Done => SseEvent::Done,
+        }
+    }
+}
+
 impl SseParser {
     /// Feeds a chunk; returns the events it completed, in order. Invalid UTF-8
     /// in a line is an error: the body cannot be trusted.
     pub fn feed(&mut self, chunk: &[u8]) -> Result<Vec<SseEvent>, String> {
+        let mut events = Vec::new();
+        self.feed_each(chunk, std::convert::identity, |payload| {
+            events.push(payload.to_owned());
+            Ok::<_, String>(false)
+        })?;
+        Ok(events)
+    }
+
+    /// Feeds a chunk and hands each event it completes to `each`, borrowed:
+    /// a stream of a thousand tokens is a thousand events, and this path
+    /// allocates nothing per event. `each` returns true to stop (the stream
+    /// is done); the parser is then spent. A parser error goes through
+    /// `malformed`.
+    pub fn feed_each<E>(
+        &mut self,
+        chunk: &[u8],
+        malformed: impl Fn(String) -> E,
+        mut each: impl FnMut(SsePayload<'_>) -> Result<bool, E>,
+    ) -> Result<bool, E> {
         let mut chunk = chunk;
         if self.after_cr && chunk.first() == Some(&b'\n') {
             chunk = &chunk[1..];
@@ -41,7 +93,6 @@ impl SseParser {
         self.after_cr = false;
         let scan_from = self.buffer.len();
         self.buffer.extend_from_slice(chunk);
-        let mut events = Vec::new();
         let mut at = scan_from;
         while let Some(offset) = memchr::memchr2(b'\n', b'\r', &self.buffer[at..]) {
             let end = at + offset;
@@ -57,28 +108,38 @@ impl SseParser {
             };
             self.start = next;
             at = next;
-            self.line(line_start, end, &mut events)?;
+            let Some(payload) = self
+                .line(line_start, end)
+                .map_err(|e| malformed(e.to_string()))?
+            else {
+                continue;
+            };
+            let stop = each(payload)?;
+            self.data.clear();
+            if stop {
+                return Ok(true);
+            }
         }
         if self.buffer.len() - self.start + self.data.len() > MAX_EVENT_BYTES {
-            return Err(format!(
+            return Err(malformed(format!(
                 "a stream event is over {MAX_EVENT_BYTES} bytes; the stream is not what an \
                  OpenAI-compatible server sends"
-            ));
+            )));
         }
         self.buffer.drain(..self.start);
         self.start = 0;
-        Ok(events)
+        Ok(false)
     }
 
-    /// Takes the line `buffer[start..end]`.
-    fn line(&mut self, start: usize, end: usize, events: &mut Vec<SseEvent>) -> Result<(), String> {
+    /// Takes the line `buffer[start..end]`; the event it completes, if it
+    /// is the blank line after one.
+    fn line(&mut self, start: usize, end: usize) -> Result<Option<SsePayload<'_>>, &'static str> {
         let line = std::str::from_utf8(&self.buffer[start..end])
-            .map_err(|_| "stream carried invalid UTF-8".to_string())?;
+            .map_err(|_| "stream carried invalid UTF-8")?;
         if line.is_empty() {
             if self.has_data {
-                let payload = std::mem::take(&mut self.data);
                 self.has_data = false;
-                events.push(event(payload));
+                return Ok(Some(SsePayload::of(&self.data)));
             }
         } else if let Some(value) = line.strip_prefix("data:") {
             let value = value.strip_prefix(' ').unwrap_or(value);
@@ -90,7 +151,7 @@ impl SseParser {
         }
         // Comments (":"), "event:", "id:" and "retry:" lines carry nothing
         // the completion needs.
-        Ok(())
+        Ok(None)
     }
 
     /// Whatever a stream left unfinished when it ended: a last event without
@@ -112,15 +173,9 @@ impl SseParser {
             return None;
         }
         self.has_data = false;
-        Some(event(std::mem::take(&mut self.data)))
-    }
-}
-
-fn event(payload: String) -> SseEvent {
-    if payload.trim() == "[DONE]" {
-        SseEvent::Done
-    } else {
-        SseEvent::Data(payload)
+        let event = SsePayload::of(&self.data).to_owned();
+        self.data.clear();
+        Some(event)
     }
 }
 
