@@ -34,6 +34,8 @@ use crate::store::Error as StoreError;
 /// At most this much work is done again after a crash.
 pub const BATCH: usize = 2048;
 const CHECKPOINT_EVERY: Duration = Duration::from_secs(1);
+/// The most finished records the committer takes at once.
+const DRAIN: usize = 1024;
 /// Progress is reported (as an event) at most this often.
 const PROGRESS_EVERY: Duration = Duration::from_secs(1);
 /// Lines handed to a CPU worker at once.
@@ -311,7 +313,9 @@ pub async fn run<P: RecordPhase>(
 
     let cursor = state.cursor.clone();
     let lines = input.lines;
-    let (done_tx, mut done_rx) = mpsc::channel::<(u64, DoneLines<P::Output>)>(64);
+    // Room for what arrives while a checkpoint syncs: a request that finished
+    // waits here for a place, not to send its next request.
+    let (done_tx, mut done_rx) = mpsc::channel::<(u64, DoneLines<P::Output>)>(DRAIN);
     let mut workers = tokio::task::JoinSet::new();
     let ordered;
     let reading = match processor {
@@ -454,29 +458,39 @@ pub async fn run<P: RecordPhase>(
     let mut pending: BTreeMap<u64, DoneLines<P::Output>> = BTreeMap::new();
     let mut next_seq = 0u64;
     let mut stop = run.stop.clone();
+    // One timer for the loop, moved on each time it fires (a timer made per
+    // iteration went into the wheel and out again per record), and the
+    // records that arrived meanwhile taken all at once.
+    let tick = tokio::time::sleep(CHECKPOINT_EVERY);
+    tokio::pin!(tick);
+    let mut arrived = Vec::with_capacity(DRAIN);
     let finished = loop {
         let step = tokio::select! {
-            next = done_rx.recv() => Some(next),
-            _ = tokio::time::sleep(CHECKPOINT_EVERY) => None,
+            n = done_rx.recv_many(&mut arrived, DRAIN) => Some(n),
+            () = &mut tick => None,
             _ = super::stopped(&mut stop) => break false,
         };
         match step {
-            Some(Some((seq, done))) => {
-                if ordered {
-                    pending.insert(seq, done);
-                    while let Some(done) = pending.remove(&next_seq) {
-                        next_seq += 1;
+            Some(0) => break true,
+            Some(_) => {
+                for (seq, done) in arrived.drain(..) {
+                    if ordered {
+                        pending.insert(seq, done);
+                        while let Some(done) = pending.remove(&next_seq) {
+                            next_seq += 1;
+                            committer.take(&*phase, done, &mut stats)?;
+                        }
+                    } else {
                         committer.take(&*phase, done, &mut stats)?;
                     }
-                } else {
-                    committer.take(&*phase, done, &mut stats)?;
                 }
                 if committer.due() && !committer.checkpoint(&*phase, &stats).await? {
                     break false;
                 }
             }
-            Some(None) => break true,
             None => {
+                tick.as_mut()
+                    .reset(tokio::time::Instant::now() + CHECKPOINT_EVERY);
                 if !committer.checkpoint(&*phase, &stats).await? {
                     break false;
                 }

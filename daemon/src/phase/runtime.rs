@@ -199,8 +199,24 @@ async fn on_own_thread(kind: crate::domain::Kind, context: RunContext) -> Result
                 return;
             }
         };
-        let ended =
-            runtime.block_on(std::panic::AssertUnwindSafe(run_kind(kind, context)).catch_unwind());
+        let run = std::panic::AssertUnwindSafe(run_kind(kind, context)).catch_unwind();
+        let ended = if threads > 1 {
+            // On a runtime of several threads, the run itself (its committer
+            // above all) goes on one of them: polled by `block_on` it would
+            // sit on this thread, a third beside the workers, and every
+            // record a request hands it would wake it across threads (a
+            // futex and a context switch per record at 16k in flight).
+            match runtime.block_on(runtime.spawn(run)) {
+                Ok(ended) => ended,
+                Err(e) => Err(if e.is_panic() {
+                    e.into_panic()
+                } else {
+                    Box::new("the run was cancelled")
+                }),
+            }
+        } else {
+            runtime.block_on(run)
+        };
         let _ = done.send(ended.map_err(|payload| panic_message(&*payload)));
     });
     if let Err(e) = spawned {
