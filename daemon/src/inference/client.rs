@@ -418,16 +418,21 @@ impl InferenceClient {
     ) -> Result<Completion, Failure> {
         let deadline = tokio::time::Instant::now() + self.limits.deadline;
         let sent = Instant::now();
-        let mut send = self
-            .http
-            .post(url.clone())
-            .header(reqwest::header::CONTENT_TYPE, "application/json")
-            .body(body);
-        if let Some(value) = &self.authorization {
-            send = send.header(reqwest::header::AUTHORIZATION, value.clone());
-        }
-        let again = send.try_clone();
-        let mut response = tokio::time::timeout_at(deadline, send.send())
+        // Built again for a second sending rather than cloned ahead for
+        // one that almost never happens: a clone per request (its URL, its
+        // headers) showed at 16k requests in flight.
+        let request = |body: bytes::Bytes| {
+            let mut send = self
+                .http
+                .post(url.clone())
+                .header(reqwest::header::CONTENT_TYPE, "application/json")
+                .body(body);
+            if let Some(value) = &self.authorization {
+                send = send.header(reqwest::header::AUTHORIZATION, value.clone());
+            }
+            send
+        };
+        let mut response = tokio::time::timeout_at(deadline, request(body.clone()).send())
             .await
             .map_err(|_| Failure::Timeout { which: "deadline" })?;
         // Some servers close a kept-alive connection after a streamed
@@ -439,11 +444,11 @@ impl InferenceClient {
         // later (a server that crashed mid-answer) may have been worked on,
         // and goes by the retry policy like any other.
         let mut sent = sent;
-        if let (Err(error), Some(again)) = (&response, again) {
+        if let Err(error) = &response {
             if closed_before_answer(error) && sent.elapsed() < STALE_CONNECTION_WINDOW {
                 tracing::debug!(%url, "the server had closed the connection; sending again");
                 sent = Instant::now();
-                response = tokio::time::timeout_at(deadline, again.send())
+                response = tokio::time::timeout_at(deadline, request(body).send())
                     .await
                     .map_err(|_| Failure::Timeout { which: "deadline" })?;
             }
