@@ -3,8 +3,9 @@
 //! arbitrary chunks, so the parser keeps what it has not finished.
 //!
 //! Linear in the bytes it is fed: each byte is scanned once for a line end
-//! (LF, CRLF or a lone CR, as the SSE grammar allows), and the buffer is
-//! compacted once per chunk. What it holds of one event is bounded.
+//! (LF, CRLF or a lone CR, as the SSE grammar allows). Lines are read from
+//! the chunk itself; only a line a chunk leaves unfinished is kept, and the
+//! buffer is compacted once per chunk. What it holds of one event is bounded.
 
 /// The most an unfinished line plus the event around it may hold.
 pub const MAX_EVENT_BYTES: usize = 32 << 20;
@@ -12,9 +13,15 @@ pub const MAX_EVENT_BYTES: usize = 32 << 20;
 /// Incremental SSE parser: feed chunks, take complete `data` payloads.
 #[derive(Debug, Default)]
 pub struct SseParser {
+    /// What the last chunk left unfinished: the start of a line.
     buffer: Vec<u8>,
-    /// Where the unprocessed bytes of `buffer` start.
-    start: usize,
+    event: EventState,
+}
+
+/// The event being read, apart from the bytes, so that lines can be read
+/// from a chunk or from the buffer alike.
+#[derive(Debug, Default)]
+struct EventState {
     /// The data lines of the event being read, joined by newlines.
     data: String,
     has_data: bool,
@@ -77,9 +84,10 @@ impl SseParser {
 
     /// Feeds a chunk and hands each event it completes to `each`, borrowed:
     /// a stream of a thousand tokens is a thousand events, and this path
-    /// allocates nothing per event. `each` returns true to stop (the stream
-    /// is done); the parser is then spent. A parser error goes through
-    /// `malformed`.
+    /// allocates nothing per event and, when the last chunk ended on a line
+    /// end (as servers send them), copies nothing either. `each` returns
+    /// true to stop (the stream is done); the parser is then spent. A parser
+    /// error goes through `malformed`.
     pub fn feed_each<E>(
         &mut self,
         chunk: &[u8],
@@ -87,59 +95,107 @@ impl SseParser {
         mut each: impl FnMut(SsePayload<'_>) -> Result<bool, E>,
     ) -> Result<bool, E> {
         let mut chunk = chunk;
-        if self.after_cr && chunk.first() == Some(&b'\n') {
+        if self.event.after_cr && chunk.first() == Some(&b'\n') {
             chunk = &chunk[1..];
         }
-        self.after_cr = false;
-        let scan_from = self.buffer.len();
-        self.buffer.extend_from_slice(chunk);
-        let mut at = scan_from;
-        while let Some(offset) = memchr::memchr2(b'\n', b'\r', &self.buffer[at..]) {
-            let end = at + offset;
-            let line_start = self.start;
-            let next = match self.buffer[end] {
-                b'\r' if end + 1 == self.buffer.len() => {
-                    // Perhaps the first half of CRLF: the next chunk says.
-                    self.after_cr = true;
-                    end + 1
-                }
-                b'\r' if self.buffer[end + 1] == b'\n' => end + 2,
-                _ => end + 1,
-            };
-            self.start = next;
-            at = next;
-            let Some(payload) = self
-                .line(line_start, end)
-                .map_err(|e| malformed(e.to_string()))?
-            else {
-                continue;
-            };
-            let stop = each(payload)?;
-            self.data.clear();
+        self.event.after_cr = false;
+        if self.buffer.is_empty() {
+            let (rest, stop) = self.event.lines(chunk, 0, 0, &malformed, &mut each)?;
             if stop {
                 return Ok(true);
             }
+            self.buffer.extend_from_slice(&chunk[rest..]);
+        } else {
+            let scan_from = self.buffer.len();
+            self.buffer.extend_from_slice(chunk);
+            let (rest, stop) =
+                self.event
+                    .lines(&self.buffer, 0, scan_from, &malformed, &mut each)?;
+            if stop {
+                return Ok(true);
+            }
+            self.buffer.drain(..rest);
         }
-        if self.buffer.len() - self.start + self.data.len() > MAX_EVENT_BYTES {
+        if self.buffer.len() + self.event.data.len() > MAX_EVENT_BYTES {
             return Err(malformed(format!(
                 "a stream event is over {MAX_EVENT_BYTES} bytes; the stream is not what an \
                  OpenAI-compatible server sends"
             )));
         }
-        self.buffer.drain(..self.start);
-        self.start = 0;
         Ok(false)
     }
 
-    /// Takes the line `buffer[start..end]`; the event it completes, if it
-    /// is the blank line after one.
-    fn line(&mut self, start: usize, end: usize) -> Result<Option<SsePayload<'_>>, &'static str> {
-        let line = std::str::from_utf8(&self.buffer[start..end])
-            .map_err(|_| "stream carried invalid UTF-8")?;
+    /// Whatever a stream left unfinished when it ended: a last event without
+    /// its blank line still counts.
+    pub fn finish(&mut self) -> Option<SseEvent> {
+        let rest = std::mem::take(&mut self.buffer);
+        let event = &mut self.event;
+        if let Ok(line) = std::str::from_utf8(&rest) {
+            if let Some(value) = line.trim_end().strip_prefix("data:") {
+                if event.has_data {
+                    event.data.push('\n');
+                }
+                event.data.push_str(value.trim_start());
+                event.has_data = true;
+            }
+        }
+        if !event.has_data {
+            return None;
+        }
+        event.has_data = false;
+        let done = SsePayload::of(&event.data).to_owned();
+        event.data.clear();
+        Some(done)
+    }
+}
+
+impl EventState {
+    /// Reads the lines of `bytes` from `start` (line ends searched from
+    /// `scan_from`: the bytes before it were searched before), handing each
+    /// event completed to `each`. Returns where the unfinished line starts,
+    /// and whether `each` said stop.
+    fn lines<E>(
+        &mut self,
+        bytes: &[u8],
+        start: usize,
+        scan_from: usize,
+        malformed: &impl Fn(String) -> E,
+        each: &mut impl FnMut(SsePayload<'_>) -> Result<bool, E>,
+    ) -> Result<(usize, bool), E> {
+        let mut line_start = start;
+        let mut at = scan_from;
+        while let Some(offset) = memchr::memchr2(b'\n', b'\r', &bytes[at..]) {
+            let end = at + offset;
+            let next = match bytes[end] {
+                b'\r' if end + 1 == bytes.len() => {
+                    // Perhaps the first half of CRLF: the next chunk says.
+                    self.after_cr = true;
+                    end + 1
+                }
+                b'\r' if bytes[end + 1] == b'\n' => end + 2,
+                _ => end + 1,
+            };
+            let line = std::str::from_utf8(&bytes[line_start..end])
+                .map_err(|_| malformed("stream carried invalid UTF-8".to_string()))?;
+            line_start = next;
+            at = next;
+            if self.line(line) {
+                let stop = each(SsePayload::of(&self.data))?;
+                self.data.clear();
+                if stop {
+                    return Ok((line_start, true));
+                }
+            }
+        }
+        Ok((line_start, false))
+    }
+
+    /// Takes one line; true if it is the blank line that completes an event.
+    fn line(&mut self, line: &str) -> bool {
         if line.is_empty() {
             if self.has_data {
                 self.has_data = false;
-                return Ok(Some(SsePayload::of(&self.data)));
+                return true;
             }
         } else if let Some(value) = line.strip_prefix("data:") {
             let value = value.strip_prefix(' ').unwrap_or(value);
@@ -151,31 +207,7 @@ impl SseParser {
         }
         // Comments (":"), "event:", "id:" and "retry:" lines carry nothing
         // the completion needs.
-        Ok(None)
-    }
-
-    /// Whatever a stream left unfinished when it ended: a last event without
-    /// its blank line still counts.
-    pub fn finish(&mut self) -> Option<SseEvent> {
-        let rest = std::mem::take(&mut self.buffer);
-        let rest = &rest[self.start..];
-        self.start = 0;
-        if let Ok(line) = std::str::from_utf8(rest) {
-            if let Some(value) = line.trim_end().strip_prefix("data:") {
-                if self.has_data {
-                    self.data.push('\n');
-                }
-                self.data.push_str(value.trim_start());
-                self.has_data = true;
-            }
-        }
-        if !self.has_data {
-            return None;
-        }
-        self.has_data = false;
-        let event = SsePayload::of(&self.data).to_owned();
-        self.data.clear();
-        Some(event)
+        false
     }
 }
 
