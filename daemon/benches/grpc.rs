@@ -214,6 +214,22 @@ async fn main() {
     let write_p999 = percentile(&mut writes, 0.999);
     let write_max = percentile(&mut writes, 1.0);
 
+    stage("one client's round trip");
+    // A read from one client, one call at a time: what the gRPC path itself
+    // costs a call, beside which the WriteTodos figures read.
+    let mut trips = Vec::with_capacity(WRITE_SAMPLES);
+    for _ in 0..WRITE_SAMPLES {
+        let start = Instant::now();
+        c.read_todos(proto::ReadTodosRequest {
+            plan: "agent".into(),
+        })
+        .await
+        .unwrap();
+        trips.push(start.elapsed());
+    }
+    let trip_p50 = percentile(&mut trips, 0.5);
+    let trip_p99 = percentile(&mut trips, 0.99);
+
     stage("ReadTodos");
     // ReadTodos throughput from several concurrent clients.
     let deadline = Instant::now() + Duration::from_secs(READ_SECONDS);
@@ -380,6 +396,13 @@ async fn main() {
         "| WriteTodos at the store alone (no gRPC), p50 / p99 | {} / {} | - | - |",
         ms(store_write_p50),
         ms(store_write_p99)
+    )
+    .unwrap();
+    writeln!(
+        out,
+        "| ReadTodos, one client, one call at a time, p50 / p99 | {} / {} | - | - |",
+        ms(trip_p50),
+        ms(trip_p99)
     )
     .unwrap();
     writeln!(
