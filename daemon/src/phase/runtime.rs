@@ -26,6 +26,10 @@ use crate::store::{Error as StoreError, PhaseTask, Store};
 /// Phase runs at once; more wait their turn.
 pub const MAX_RUNNING: usize = 4;
 const TICK: Duration = Duration::from_secs(1);
+/// How long after a commit the runtime looks: the commits of a burst (an
+/// agent's writes, a run's checkpoints) then cost one look between them, not
+/// a read beside each write.
+const LOOK_AFTER: Duration = Duration::from_millis(10);
 const LONGEST_BACKOFF: Duration = Duration::from_secs(60);
 
 /// A unique id for this daemon run.
@@ -132,7 +136,10 @@ pub async fn run(store: Store, settings: Settings, mut shutdown: watch::Receiver
             Err(error) => tracing::error!(%error, "cannot list phase tasks"),
         }
         tokio::select! {
-            _ = committed.changed() => {}
+            _ = committed.changed() => {
+                tokio::time::sleep(LOOK_AFTER).await;
+                committed.borrow_and_update();
+            }
             _ = tokio::time::sleep(TICK) => {}
             Some(ended) = active.join_next() => {
                 match ended {
