@@ -5,7 +5,7 @@
 //! Linear in the bytes it is fed: each byte is scanned once for a line end
 //! (LF, CRLF or a lone CR, as the SSE grammar allows). Lines are read from
 //! the chunk itself; only a line a chunk leaves unfinished is kept, and the
-//! buffer is compacted once per chunk. What it holds of one event is bounded.
+//! buffer is compacted at most once per chunk. What it holds of one event is bounded.
 
 /// The most an unfinished line plus the event around it may hold.
 pub const MAX_EVENT_BYTES: usize = 32 << 20;
@@ -84,8 +84,9 @@ impl SseParser {
 
     /// Feeds a chunk and hands each event it completes to `each`, borrowed:
     /// a stream of a thousand tokens is a thousand events, and this path
-    /// allocates nothing per event and, when the last chunk ended on a line
-    /// end (as servers send them), copies nothing either. `each` returns
+    /// allocates nothing per event (an event's data lines are copied into
+    /// one reused string) and, when the last chunk ended on a line end (as
+    /// servers send them), does not copy the chunk into the buffer. `each` returns
     /// true to stop (the stream is done); the parser is then spent. A parser
     /// error goes through `malformed`.
     pub fn feed_each<E>(
@@ -94,6 +95,10 @@ impl SseParser {
         malformed: impl Fn(String) -> E,
         mut each: impl FnMut(SsePayload<'_>) -> Result<bool, E>,
     ) -> Result<bool, E> {
+        if chunk.is_empty() {
+            // Nothing to read, and an LF owed to a CR may still come.
+            return Ok(false);
+        }
         let mut chunk = chunk;
         if self.event.after_cr && chunk.first() == Some(&b'\n') {
             chunk = &chunk[1..];
@@ -249,6 +254,15 @@ mod tests {
         for size in 1..stream.len() {
             assert_eq!(all(stream, size), want, "chunks of {size}");
         }
+    }
+
+    #[test]
+    fn an_empty_chunk_between_cr_and_lf_leaves_them_one_line_end() {
+        let mut p = SseParser::default();
+        let mut events = p.feed(b"data: a\r").unwrap();
+        events.extend(p.feed(b"").unwrap());
+        events.extend(p.feed(b"\ndata: b\r\n\r\n").unwrap());
+        assert_eq!(events, vec![SseEvent::Data("a\nb".into())]);
     }
 
     #[test]

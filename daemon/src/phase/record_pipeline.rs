@@ -314,8 +314,13 @@ pub async fn run<P: RecordPhase>(
     let cursor = state.cursor.clone();
     let lines = input.lines;
     // Room for what arrives while a checkpoint syncs: a request that finished
-    // waits here for a place, not to send its next request.
-    let (done_tx, mut done_rx) = mpsc::channel::<(u64, DoneLines<P::Output>)>(DRAIN);
+    // waits here for a place, not to send its next request. A CPU worker's
+    // message is a batch of up to CPU_BATCH lines, so fewer of those.
+    let room = match &processor {
+        Processor::Async { .. } => DRAIN,
+        Processor::Cpu { .. } => 64,
+    };
+    let (done_tx, mut done_rx) = mpsc::channel::<(u64, DoneLines<P::Output>)>(room);
     let mut workers = tokio::task::JoinSet::new();
     let ordered;
     let reading = match processor {
@@ -473,6 +478,7 @@ pub async fn run<P: RecordPhase>(
         match step {
             Some(0) => break true,
             Some(_) => {
+                let mut lost = false;
                 for (seq, done) in arrived.drain(..) {
                     if ordered {
                         pending.insert(seq, done);
@@ -483,17 +489,27 @@ pub async fn run<P: RecordPhase>(
                     } else {
                         committer.take(&*phase, done, &mut stats)?;
                     }
+                    // Checked per message, so that a checkpoint stays within
+                    // BATCH (plus one message) however much arrived at once.
+                    if committer.due() {
+                        if !committer.checkpoint(&*phase, &stats).await? {
+                            lost = true;
+                            break;
+                        }
+                        let next = tokio::time::Instant::from_std(committer.last);
+                        tick.as_mut().reset(next + CHECKPOINT_EVERY);
+                    }
                 }
-                if committer.due() && !committer.checkpoint(&*phase, &stats).await? {
+                if lost {
                     break false;
                 }
             }
             None => {
-                tick.as_mut()
-                    .reset(tokio::time::Instant::now() + CHECKPOINT_EVERY);
                 if !committer.checkpoint(&*phase, &stats).await? {
                     break false;
                 }
+                tick.as_mut()
+                    .reset(tokio::time::Instant::now() + CHECKPOINT_EVERY);
             }
         }
     };

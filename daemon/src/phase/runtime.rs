@@ -81,7 +81,13 @@ pub async fn run(store: Store, settings: Settings, mut shutdown: watch::Receiver
     let mut running: HashMap<TaskId, Running> = HashMap::new();
     let mut active: JoinSet<TaskId> = JoinSet::new();
     loop {
-        match store.runnable_phase_tasks().await {
+        // Stopping: start nothing more; the select below stops the runs.
+        let tasks = if *shutdown.borrow() {
+            Ok(Vec::new())
+        } else {
+            store.runnable_phase_tasks().await
+        };
+        match tasks {
             Ok(tasks) => {
                 // Tell runs whose task moved on (paused, cancelled, taken) to
                 // stop; they stay in the table until they have ended.
@@ -137,7 +143,10 @@ pub async fn run(store: Store, settings: Settings, mut shutdown: watch::Receiver
         }
         tokio::select! {
             _ = committed.changed() => {
-                tokio::time::sleep(LOOK_AFTER).await;
+                tokio::select! {
+                    _ = tokio::time::sleep(LOOK_AFTER) => {}
+                    _ = super::stopped(&mut shutdown) => {}
+                }
                 committed.borrow_and_update();
             }
             _ = tokio::time::sleep(TICK) => {}
@@ -210,7 +219,7 @@ async fn on_own_thread(kind: crate::domain::Kind, context: RunContext) -> Result
         let ended = if threads > 1 {
             // On a runtime of several threads, the run itself (its committer
             // above all) goes on one of them: polled by `block_on` it would
-            // sit on this thread, a third beside the workers, and every
+            // sit on this thread, one more beside the workers, and every
             // record a request hands it would wake it across threads (a
             // futex and a context switch per record at 16k in flight).
             match runtime.block_on(runtime.spawn(run)) {
