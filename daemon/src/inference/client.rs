@@ -542,7 +542,7 @@ impl InferenceClient {
                 None => {
                     // The body ended; a last event without its blank line counts.
                     if let Some(event) = parser.finish() {
-                        if acc.take(event.as_payload(), api)? {
+                        if acc.take(event, api)? {
                             return acc.finish();
                         }
                     }

@@ -5,7 +5,8 @@
 //! Linear in the bytes it is fed: each byte is scanned once for a line end
 //! (LF, CRLF or a lone CR, as the SSE grammar allows). Lines are read from
 //! the chunk itself; only a line a chunk leaves unfinished is kept, and the
-//! buffer is compacted at most once per chunk. What it holds of one event is bounded.
+//! buffer is compacted at most once per chunk. What it holds of one event is
+//! bounded.
 
 /// The most an unfinished line plus the event around it may hold.
 pub const MAX_EVENT_BYTES: usize = 32 << 20;
@@ -30,22 +31,6 @@ struct EventState {
     after_cr: bool,
 }
 
-/// One complete event's payload.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SseEvent {
-    Data(String),
-    Done,
-}
-
-impl SseEvent {
-    pub fn as_payload(&self) -> SsePayload<'_> {
-        match self {
-            SseEvent::Data(data) => SsePayload::Data(data),
-            SseEvent::Done => SsePayload::Done,
-        }
-    }
-}
-
 /// One complete event's payload, borrowed from the parser.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SsePayload<'a> {
@@ -61,34 +46,17 @@ impl<'a> SsePayload<'a> {
             SsePayload::Data(payload)
         }
     }
-
-    pub fn to_owned(self) -> SseEvent {
-        match self {
-            SsePayload::Data(data) => SseEvent::Data(data.to_string()),
-            SsePayload::Done => SseEvent::Done,
-        }
-    }
 }
 
 impl SseParser {
-    /// Feeds a chunk; returns the events it completed, in order. Invalid UTF-8
-    /// in a line is an error: the body cannot be trusted.
-    pub fn feed(&mut self, chunk: &[u8]) -> Result<Vec<SseEvent>, String> {
-        let mut events = Vec::new();
-        self.feed_each(chunk, std::convert::identity, |payload| {
-            events.push(payload.to_owned());
-            Ok::<_, String>(false)
-        })?;
-        Ok(events)
-    }
-
     /// Feeds a chunk and hands each event it completes to `each`, borrowed:
     /// a stream of a thousand tokens is a thousand events, and this path
     /// allocates nothing per event (an event's data lines are copied into
     /// one reused string) and, when the last chunk ended on a line end (as
-    /// servers send them), does not copy the chunk into the buffer. `each` returns
-    /// true to stop (the stream is done); the parser is then spent. A parser
-    /// error goes through `malformed`.
+    /// servers send them), does not copy the chunk into the buffer. `each`
+    /// returns true to stop (the stream is done); the parser is then spent.
+    /// Invalid UTF-8 in a line is an error (the body cannot be trusted), and
+    /// goes through `malformed`.
     pub fn feed_each<E>(
         &mut self,
         chunk: &[u8],
@@ -105,7 +73,7 @@ impl SseParser {
         }
         self.event.after_cr = false;
         if self.buffer.is_empty() {
-            let (rest, stop) = self.event.lines(chunk, 0, 0, &malformed, &mut each)?;
+            let (rest, stop) = self.event.lines(chunk, 0, &malformed, &mut each)?;
             if stop {
                 return Ok(true);
             }
@@ -113,9 +81,9 @@ impl SseParser {
         } else {
             let scan_from = self.buffer.len();
             self.buffer.extend_from_slice(chunk);
-            let (rest, stop) =
-                self.event
-                    .lines(&self.buffer, 0, scan_from, &malformed, &mut each)?;
+            let (rest, stop) = self
+                .event
+                .lines(&self.buffer, scan_from, &malformed, &mut each)?;
             if stop {
                 return Ok(true);
             }
@@ -131,8 +99,8 @@ impl SseParser {
     }
 
     /// Whatever a stream left unfinished when it ended: a last event without
-    /// its blank line still counts.
-    pub fn finish(&mut self) -> Option<SseEvent> {
+    /// its blank line still counts. The parser is then spent.
+    pub fn finish(&mut self) -> Option<SsePayload<'_>> {
         let rest = std::mem::take(&mut self.buffer);
         let event = &mut self.event;
         if let Ok(line) = std::str::from_utf8(&rest) {
@@ -144,30 +112,23 @@ impl SseParser {
                 event.has_data = true;
             }
         }
-        if !event.has_data {
-            return None;
-        }
-        event.has_data = false;
-        let done = SsePayload::of(&event.data).to_owned();
-        event.data.clear();
-        Some(done)
+        std::mem::take(&mut event.has_data).then(|| SsePayload::of(&event.data))
     }
 }
 
 impl EventState {
-    /// Reads the lines of `bytes` from `start` (line ends searched from
-    /// `scan_from`: the bytes before it were searched before), handing each
+    /// Reads the lines of `bytes`, whose line ends are searched from
+    /// `scan_from` (the bytes before it were searched before), handing each
     /// event completed to `each`. Returns where the unfinished line starts,
     /// and whether `each` said stop.
     fn lines<E>(
         &mut self,
         bytes: &[u8],
-        start: usize,
         scan_from: usize,
         malformed: &impl Fn(String) -> E,
         each: &mut impl FnMut(SsePayload<'_>) -> Result<bool, E>,
     ) -> Result<(usize, bool), E> {
-        let mut line_start = start;
+        let mut line_start = 0;
         let mut at = scan_from;
         while let Some(offset) = memchr::memchr2(b'\n', b'\r', &bytes[at..]) {
             let end = at + offset;
@@ -220,13 +181,39 @@ impl EventState {
 mod tests {
     use super::*;
 
+    /// An event, owned, to compare.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    enum SseEvent {
+        Data(String),
+        Done,
+    }
+
+    fn owned(payload: SsePayload<'_>) -> SseEvent {
+        match payload {
+            SsePayload::Data(data) => SseEvent::Data(data.to_string()),
+            SsePayload::Done => SseEvent::Done,
+        }
+    }
+
+    impl SseParser {
+        /// The events a chunk completes, in order.
+        fn feed(&mut self, chunk: &[u8]) -> Result<Vec<SseEvent>, String> {
+            let mut events = Vec::new();
+            self.feed_each(chunk, std::convert::identity, |payload| {
+                events.push(owned(payload));
+                Ok::<_, String>(false)
+            })?;
+            Ok(events)
+        }
+    }
+
     fn all(stream: &[u8], chunk: usize) -> Vec<SseEvent> {
         let mut p = SseParser::default();
         let mut events = Vec::new();
         for part in stream.chunks(chunk) {
             events.extend(p.feed(part).unwrap());
         }
-        events.extend(p.finish());
+        events.extend(p.finish().map(owned));
         events
     }
 
@@ -269,7 +256,10 @@ mod tests {
     fn a_last_event_without_its_blank_line_is_kept() {
         let mut p = SseParser::default();
         assert!(p.feed(b"data: {\"x\":2}").unwrap().is_empty());
-        assert_eq!(p.finish(), Some(SseEvent::Data("{\"x\":2}".into())));
+        assert_eq!(
+            p.finish().map(owned),
+            Some(SseEvent::Data("{\"x\":2}".into()))
+        );
     }
 
     #[test]
