@@ -336,6 +336,51 @@ async fn crashes_lose_and_repeat_nothing(cpu: bool) {
     }
 }
 
+/// The checkpoints the run has committed (the histogram `/metrics` shows).
+fn checkpoints_committed(b: &Bench) -> u64 {
+    let mut registry = prometheus_client::registry::Registry::default();
+    registry.register(
+        "checkpoints",
+        "checkpoints committed",
+        b.context
+            .telemetry
+            .checkpoints(b.context.task, b.context.kind.as_str()),
+    );
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix("checkpoints_count "))
+        .expect("the histogram's count")
+        .parse()
+        .unwrap()
+}
+
+/// A checkpoint holds at most `BATCH` lines and the message that crossed it
+/// (`CPU_BATCH` lines on the CPU path, one record on the async one): at most
+/// that much work is done again after a crash. So a run of N lines commits
+/// at least N / (BATCH + CPU_BATCH) checkpoints; the time-driven ones (once
+/// a second) only add to them. A committer that drained everything waiting
+/// before looking whether a checkpoint was due made fewer, larger ones.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_checkpoint_holds_at_most_a_batch_and_one_message() {
+    const LINES: usize = 60_000;
+    for cpu in [true, false] {
+        let (b, _) = bench(LINES).await;
+        let state = one_run(&b, cpu, 7)
+            .await
+            .unwrap()
+            .expect("the run completes");
+        assert_eq!(state.cursor.committed(), LINES as u64);
+        let least = LINES.div_ceil(record_pipeline::BATCH + record_pipeline::CPU_BATCH) as u64;
+        let made = checkpoints_committed(&b);
+        assert!(
+            made >= least,
+            "cpu={cpu}: {made} checkpoints for {LINES} lines; at most {} lines each means at least {least}",
+            record_pipeline::BATCH + record_pipeline::CPU_BATCH
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cpu_records_survive_crashes_byte_for_byte() {
     crashes_lose_and_repeat_nothing(true).await;

@@ -38,8 +38,9 @@ const CHECKPOINT_EVERY: Duration = Duration::from_secs(1);
 const DRAIN: usize = 1024;
 /// Progress is reported (as an event) at most this often.
 const PROGRESS_EVERY: Duration = Duration::from_secs(1);
-/// Lines handed to a CPU worker at once.
-const CPU_BATCH: usize = 64;
+/// Lines handed to a CPU worker at once; a checkpoint may hold this many
+/// lines over `BATCH` (the message that crossed it).
+pub const CPU_BATCH: usize = 64;
 
 /// What a record phase says about its records.
 pub trait RecordPhase: Send + Sync + 'static {
