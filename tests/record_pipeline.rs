@@ -171,6 +171,11 @@ fn processor(cpu: bool, seed: u64) -> Processor<Squares> {
 
 /// One run of the pass, from whatever the store holds.
 async fn one_run(b: &Bench, cpu: bool, seed: u64) -> Result<Option<PhaseState>, String> {
+    run_with(b, processor(cpu, seed)).await
+}
+
+/// One run of the pass with the given processor.
+async fn run_with(b: &Bench, processor: Processor<Squares>) -> Result<Option<PhaseState>, String> {
     let state = PhaseState::load(&b.context.store, b.context.task)
         .await?
         .unwrap_or_default();
@@ -187,7 +192,7 @@ async fn one_run(b: &Bench, cpu: bool, seed: u64) -> Result<Option<PhaseState>, 
     else {
         return Ok(None);
     };
-    match record_pipeline::run(&b.context, phase, state, outputs, processor(cpu, seed)).await? {
+    match record_pipeline::run(&b.context, phase, state, outputs, processor).await? {
         PassEnd::Complete(state, _) => Ok(Some(*state)),
         PassEnd::Stopped => Ok(None),
     }
@@ -360,13 +365,30 @@ fn checkpoints_committed(b: &Bench) -> u64 {
 /// that much work is done again after a crash. So a run of N lines commits
 /// at least N / (BATCH + CPU_BATCH) checkpoints; the time-driven ones (once
 /// a second) only add to them. A committer that drained everything waiting
-/// before looking whether a checkpoint was due made fewer, larger ones.
+/// before looking whether a checkpoint was due made fewer, larger ones; so
+/// did one that released, in one go, the batches held behind a slow CPU
+/// worker (the second run here: one batch takes 300 ms while the other
+/// worker goes on).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_checkpoint_holds_at_most_a_batch_and_one_message() {
     const LINES: usize = 60_000;
-    for cpu in [true, false] {
+    let slow_batch = Processor::Cpu {
+        threads: 2,
+        process: Arc::new(|(id, n): (String, i64)| {
+            if n == 3 * record_pipeline::CPU_BATCH as i64 {
+                std::thread::sleep(Duration::from_millis(300));
+            }
+            (id, n * n)
+        }),
+    };
+    let runs = [
+        ("cpu", processor(true, 7)),
+        ("cpu, one slow batch", slow_batch),
+        ("async", processor(false, 7)),
+    ];
+    for (what, processor) in runs {
         let (b, _) = bench(LINES).await;
-        let state = one_run(&b, cpu, 7)
+        let state = run_with(&b, processor)
             .await
             .unwrap()
             .expect("the run completes");
@@ -375,7 +397,7 @@ async fn a_checkpoint_holds_at_most_a_batch_and_one_message() {
         let made = checkpoints_committed(&b);
         assert!(
             made >= least,
-            "cpu={cpu}: {made} checkpoints for {LINES} lines; at most {} lines each means at least {least}",
+            "{what}: {made} checkpoints for {LINES} lines; at most {} lines each means at least {least}",
             record_pipeline::BATCH + record_pipeline::CPU_BATCH
         );
     }

@@ -470,6 +470,7 @@ pub async fn run<P: RecordPhase>(
     let tick = tokio::time::sleep(CHECKPOINT_EVERY);
     tokio::pin!(tick);
     let mut arrived = Vec::with_capacity(DRAIN);
+    let mut ready = Vec::with_capacity(DRAIN);
     let finished = loop {
         let step = tokio::select! {
             n = done_rx.recv_many(&mut arrived, DRAIN) => Some(n),
@@ -479,19 +480,25 @@ pub async fn run<P: RecordPhase>(
         match step {
             Some(0) => break true,
             Some(_) => {
-                let mut lost = false;
+                // In line order on the CPU path: a worker that was slow with
+                // one batch releases all the batches held behind it at once.
                 for (seq, done) in arrived.drain(..) {
                     if ordered {
                         pending.insert(seq, done);
                         while let Some(done) = pending.remove(&next_seq) {
                             next_seq += 1;
-                            committer.take(&*phase, done, &mut stats)?;
+                            ready.push(done);
                         }
                     } else {
-                        committer.take(&*phase, done, &mut stats)?;
+                        ready.push(done);
                     }
+                }
+                let mut lost = false;
+                for done in ready.drain(..) {
+                    committer.take(&*phase, done, &mut stats)?;
                     // Checked per message, so that a checkpoint stays within
-                    // BATCH (plus one message) however much arrived at once.
+                    // BATCH (plus one message) however much arrived or was
+                    // released at once.
                     if committer.due() {
                         if !committer.checkpoint(&*phase, &stats).await? {
                             lost = true;
