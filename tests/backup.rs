@@ -83,6 +83,9 @@ async fn task_ids(c: &mut Client, plan: &str) -> BTreeSet<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_backup_of_a_busy_daemon_restores_with_every_acknowledged_write() {
+    if todod_e2e::sqlite_only("backups copy the SQLite file") {
+        return;
+    }
     let mock = MockOpenAi::start(Settings {
         latency: Duration::from_millis(20),
         ..Settings::default()
@@ -186,6 +189,9 @@ async fn a_backup_of_a_busy_daemon_restores_with_every_acknowledged_write() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn restore_refuses_a_torn_file_a_newer_schema_and_a_database_in_the_way() {
+    if todod_e2e::sqlite_only("backups copy the SQLite file") {
+        return;
+    }
     let data = tempfile::tempdir().unwrap();
     let state = tempfile::tempdir().unwrap();
     let daemon = RealDaemon::spawn(state.path());
@@ -277,6 +283,9 @@ async fn restore_refuses_a_torn_file_a_newer_schema_and_a_database_in_the_way() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_daemon_killed_during_a_backup_leaves_no_file_at_the_target() {
+    if todod_e2e::sqlite_only("backups copy the SQLite file") {
+        return;
+    }
     let data = tempfile::tempdir().unwrap();
     let state = tempfile::tempdir().unwrap();
     let target = data.path().join("graph.backup");
@@ -356,6 +365,9 @@ async fn a_daemon_killed_during_a_backup_leaves_no_file_at_the_target() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn periodic_backups_keep_the_newest_few() {
+    if todod_e2e::sqlite_only("backups copy the SQLite file") {
+        return;
+    }
     let backups = tempfile::tempdir().unwrap();
     let state = tempfile::tempdir().unwrap();
     let dir = backups.path().display().to_string();

@@ -286,7 +286,7 @@ async fn acknowledged_writes_survive_kill_9() {
     assert!(daemon.terminate().success(), "todod did not stop cleanly");
 
     // And a look at the file itself.
-    let store = todod::store::Store::open(&dir.path().join("todod.db"))
+    let store = todod::store::Store::open_for_test(dir.path())
         .await
         .unwrap();
     assert_eq!(store.integrity_check().await.unwrap(), "ok");

@@ -245,7 +245,7 @@ async fn counters_restart_from_the_checkpoint_after_kill_9() {
 async fn metrics_need_the_token_off_loopback() {
     const TOKEN: &str = "metrics-token-0123456789";
     let dir = tempfile::tempdir().unwrap();
-    let store = todod::store::Store::open(&dir.path().join("todod.db"))
+    let store = todod::store::Store::open_for_test(dir.path())
         .await
         .unwrap();
     // Every address of the machine: not loopback, even when reached by it.

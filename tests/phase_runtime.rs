@@ -351,7 +351,7 @@ async fn the_daemon_runs_no_phase_task_of_an_archived_plan() {
         write_prompts(&data.path().join("prompts.jsonl"), 20, false);
     }
     let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(&dir.path().join("todod.db")).await.unwrap();
+    let store = Store::open_for_test(dir.path()).await.unwrap();
     let ctx = WriteContext::default();
     store.create_plan("shelved", "", &ctx).await.unwrap();
     let spec = gen::spec(shelved_data.path(), &mock.url, 2).to_string();

@@ -116,7 +116,7 @@ async fn bench(lines: usize) -> (Bench, Vec<i64>) {
     let dir = tempfile::tempdir().unwrap();
     let input = dir.path().join("in.jsonl");
     let expected = write_input(&input, lines);
-    let store = Store::open(&dir.path().join("todod.db")).await.unwrap();
+    let store = Store::open_for_test(dir.path()).await.unwrap();
     let ctx = WriteContext::default();
     store.create_plan("p", "", &ctx).await.unwrap();
     let attempt = "test-run.1".to_string();

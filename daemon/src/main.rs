@@ -30,6 +30,17 @@ struct Args {
     #[arg(long, env = "TODOD_STATE_DIR", global = true)]
     state_dir: Option<PathBuf>,
 
+    /// Keep the graph in this PostgreSQL database (postgres://user@host/db)
+    /// instead of SQLite in the state directory. One daemon per database
+    /// (or per schema: `?options=-c%20search_path%3DNAME`).
+    #[arg(
+        long,
+        value_name = "URL",
+        env = "TODOD_DATABASE_URL",
+        hide_env_values = true
+    )]
+    database: Option<String>,
+
     /// Back the graph up every DURATION (e.g. 1h) into --backup-dir.
     #[arg(long, value_name = "DURATION", requires = "backup_dir", value_parser = humantime::parse_duration)]
     backup_every: Option<std::time::Duration>,
@@ -228,7 +239,20 @@ async fn main() -> anyhow::Result<()> {
         .with_context(|| format!("cannot create state directory {}", state_dir.display()))?;
     let _lock = config::lock_state_dir(&state_dir)?;
     let db_path = state_dir.join(config::DATABASE_FILE);
-    todod::backup::check_before_start(&db_path, &state_dir).await?;
+    let postgres = args.database.as_deref().filter(|url| !url.is_empty());
+    if let Some(url) = postgres {
+        if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+            bail!("--database: must be a postgres:// URL (SQLite is the default, in the state directory)");
+        }
+        if args.backup_every.is_some() {
+            bail!(
+                "--backup-every: backs up SQLite only; back PostgreSQL up with pg_dump or the \
+                 server's own backups"
+            );
+        }
+    } else {
+        todod::backup::check_before_start(&db_path, &state_dir).await?;
+    }
     if args.backup_every.is_some_and(|d| d.is_zero()) {
         bail!("--backup-every: must be longer than zero");
     }
@@ -296,9 +320,20 @@ async fn main() -> anyhow::Result<()> {
             .with_context(|| format!("cannot listen on {addr}"))?;
         listeners.tcp = Some(listener);
     }
-    let store = Store::open(&db_path)
-        .await
-        .with_context(|| format!("cannot open database {}", db_path.display()))?;
+    let (store, database) = match postgres {
+        Some(url) => {
+            let store = Store::connect(url)
+                .await
+                .context("cannot open the PostgreSQL database --database names")?;
+            (store, "postgresql (--database)".to_string())
+        }
+        None => {
+            let store = Store::open(&db_path)
+                .await
+                .with_context(|| format!("cannot open database {}", db_path.display()))?;
+            (store, db_path.display().to_string())
+        }
+    };
     let socket = match args.socket.as_deref() {
         Some("none") => None,
         Some(path) => Some(PathBuf::from(path)),
@@ -317,7 +352,7 @@ async fn main() -> anyhow::Result<()> {
     if let Some(path) = &socket {
         println!("todod listening on unix:{}", path.display());
     }
-    tracing::info!(database = %db_path.display(), "todod ready");
+    tracing::info!(%database, "todod ready");
     let options = Options {
         token,
         bounds,

@@ -72,7 +72,7 @@ async fn all_events(store: &Store) -> Vec<todod::store::EventView> {
 
 async fn run(ops: Vec<Op>) {
     let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(&dir.path().join("t.db")).await.unwrap();
+    let store = Store::open_for_test(dir.path()).await.unwrap();
     let ctx = WriteContext {
         actor: "prop".into(),
         ..Default::default()

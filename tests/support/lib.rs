@@ -115,9 +115,7 @@ impl TestDaemon {
         if options.bounds.state_dir.is_none() {
             options.bounds.state_dir = Some(std::fs::canonicalize(dir.path()).expect("state dir"));
         }
-        let store = Store::open(&dir.path().join("todod.db"))
-            .await
-            .expect("open store");
+        let store = Store::open_for_test(dir.path()).await.expect("open store");
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind");
@@ -243,15 +241,32 @@ pub fn wait_with_timeout(child: &mut Child, limit: Duration) -> std::process::Ex
 /// readiness line ("todod listening on ADDR").
 pub fn todod_command(state_dir: &Path, args: &[&str]) -> Command {
     let mut command = Command::new(binary("todod"));
+    command.arg("--state-dir").arg(state_dir);
+    // The suite on PostgreSQL: a schema of this state directory's, unless
+    // the test names a database itself.
+    if let Some(url) = Store::test_database_url(state_dir) {
+        if !args.contains(&"--database") {
+            command.arg("--database").arg(url);
+        }
+    }
     command
-        .arg("--state-dir")
-        .arg(state_dir)
         .args(args)
         .env("RUST_LOG", "warn")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit());
     command
+}
+
+/// True, and says so, when the suite runs against PostgreSQL
+/// (`TODOD_TEST_DATABASE_URL`) and the test is about SQLite alone (`why`:
+/// its file, its backups); the SQLite run covers it.
+pub fn sqlite_only(why: &str) -> bool {
+    let postgres = std::env::var("TODOD_TEST_DATABASE_URL").is_ok_and(|url| !url.is_empty());
+    if postgres {
+        eprintln!("about SQLite alone ({why}): not run against PostgreSQL");
+    }
+    postgres
 }
 
 /// A binary of this workspace, built by `cargo test --workspace`.

@@ -14,26 +14,17 @@ impl From<Error> for Status {
                 tracing::warn!(error = %error, "database unavailable");
                 Status::unavailable("the daemon is overloaded or stopping; retry shortly")
             }
-            Error::Sqlite {
-                failure: Failure::Busy,
-                ..
-            } => {
+            _ if error.failure() == Some(Failure::Busy) => {
                 tracing::warn!(error = %error, "database busy");
                 Status::unavailable("the database is busy; retry shortly")
             }
-            Error::Sqlite {
-                failure: Failure::Full,
-                ..
-            } => {
+            _ if error.failure() == Some(Failure::Full) => {
                 tracing::error!(error = %error, "database full");
                 Status::resource_exhausted(
                     "the daemon's disk is full; nothing was changed. Free space and retry",
                 )
             }
-            Error::Sqlite {
-                failure: Failure::Constraint,
-                ..
-            } => {
+            _ if error.failure() == Some(Failure::Constraint) => {
                 tracing::error!(error = %error, "constraint failed");
                 Status::failed_precondition(
                     "the database refused the change (a constraint failed); nothing was changed",

@@ -314,7 +314,12 @@ impl Todos for TodoService {
                 why: format!("is an output of task {task}"),
             }));
         }
-        let info = crate::backup::backup(self.store.path(), &target)
+        let Some(database) = self.store.path() else {
+            return Err(Status::failed_precondition(
+                "the daemon's store is on PostgreSQL: back it up with pg_dump or the server's own backups",
+            ));
+        };
+        let info = crate::backup::backup(database, &target)
             .await
             .map_err(|e| {
                 tracing::error!(error = %e, target = %target.display(), "backup failed");

@@ -9,7 +9,7 @@
 //!
 //! Every write here is fenced: it commits only while the task is in progress
 //! and held by the attempt that writes, checked in the same transaction.
-use super::sqlite::{Db, Param};
+use super::sql::{Db, Param};
 use super::{now_ms, Error, Store};
 use crate::domain::{self, TaskId};
 
@@ -140,9 +140,14 @@ impl Store {
             check_fence(db, task, attempt)?;
             save_state(db, task, state)?;
             if let Some((pass, lines)) = &lines {
+                let (insert, skip) = db.dialect().insert_or_skip();
+                let lines_of = db.dialect().json_ints("?");
                 db.execute(
-                    "INSERT OR IGNORE INTO phase_duplicates (task_id, pass, line) \
-                     SELECT ?, ?, value FROM json_each(?)",
+                    &format!(
+                        "{insert} INTO phase_duplicates (task_id, pass, line) \
+                         SELECT CAST(? AS BIGINT), CAST(? AS BIGINT), l.value \
+                         FROM ({lines_of}) AS l{skip}"
+                    ),
                     &[task.0.into(), i64::from(*pass).into(), lines.into()],
                 )?;
             }

@@ -13,9 +13,11 @@ mod page;
 mod persist;
 mod phases;
 mod pipeline;
+mod postgres;
 mod read;
 mod request_ids;
 mod schedules;
+mod sql;
 mod sqlite;
 mod telemetry;
 mod views;
@@ -27,12 +29,13 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use sqlx::postgres::PgConnectOptions;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqliteSynchronous};
-use sqlx::ConnectOptions;
+use sqlx::{ConnectOptions, Connection};
 use tokio::sync::{watch, Mutex, Semaphore};
 
 use crate::domain;
-use sqlite::{Begin, Conn, Db};
+use sql::{Begin, Conn, Db};
 
 pub use checkpoints::DAEMON_ACTOR;
 pub use page::{NotableEvent, ProgressPoint, NOTABLE};
@@ -41,12 +44,38 @@ pub use pipeline::{AppliedPipeline, AppliedStep, PlannedStep, StepAction};
 pub use read::{EventFilter, TaskFilter};
 pub use request_ids::{Answer, Once, RequestKey, KEEP_MS as REQUEST_ID_KEEP_MS};
 pub use schedules::DueSchedule;
-pub use sqlite::Failure;
+pub use sql::Failure;
 pub use views::{Detail, EventView, PlanSummary, PlanView, TaskPage, TaskView};
 pub use write::{NewTask, SpecUpdate, TaskUpdate, WrittenTodos};
 pub use writer_watch::WriterStall;
 
 pub(crate) static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations");
+/// PostgreSQL's schema: the same tables, triggers and indexes as SQLite's
+/// migrations end with, from one baseline.
+static POSTGRES_MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/postgres");
+
+/// When the connection's `search_path` names one schema that does not exist
+/// yet (`?options=-c%20search_path%3DNAME`), creates it: a daemon told to
+/// keep its graph in a schema of its own makes it, as it makes its SQLite
+/// file.
+async fn create_named_schema(conn: &mut sqlx::PgConnection) -> Result<(), Error> {
+    let (current, path): (Option<String>, String) =
+        sqlx::query_as("SELECT current_schema(), current_setting('search_path')")
+            .fetch_one(&mut *conn)
+            .await?;
+    let named = path.trim();
+    let plain = !named.is_empty()
+        && named
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+        && !named.starts_with(|c: char| c.is_ascii_digit());
+    if current.is_none() && plain {
+        sqlx::raw_sql(&format!("CREATE SCHEMA IF NOT EXISTS {named}"))
+            .execute(&mut *conn)
+            .await?;
+    }
+    Ok(())
+}
 
 /// How long a connection waits for a lock held by another process before failing.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
@@ -80,12 +109,26 @@ pub enum Error {
         code: i32,
         message: String,
     },
+    /// A statement failed on PostgreSQL; `code` is its SQLSTATE (empty when
+    /// the connection itself failed).
+    #[error("postgres ({code}): {message}")]
+    Postgres {
+        failure: Failure,
+        code: String,
+        message: String,
+    },
+    /// The store used the database wrongly: a bug.
+    #[error("misuse of the database: {0}")]
+    Misuse(String),
     /// A phase run wrote after it lost its task (cancelled, paused, taken over).
     #[error("attempt {attempt} no longer holds {task}")]
     Fenced {
         task: domain::TaskId,
         attempt: String,
     },
+    /// The database is served by another daemon.
+    #[error("{0}")]
+    InUse(String),
     #[error("a transaction was opened inside another")]
     NestedTransaction,
     #[error("no database connection became free in {0:?}")]
@@ -108,7 +151,7 @@ impl Error {
     /// What kind of database failure this is, if it is one.
     pub fn failure(&self) -> Option<Failure> {
         match self {
-            Error::Sqlite { failure, .. } => Some(*failure),
+            Error::Sqlite { failure, .. } | Error::Postgres { failure, .. } => Some(*failure),
             _ => None,
         }
     }
@@ -149,8 +192,11 @@ impl Drop for Loan<'_> {
 }
 
 struct Inner {
-    /// The database file.
-    path: std::path::PathBuf,
+    /// The database file; `None` on PostgreSQL.
+    path: Option<std::path::PathBuf>,
+    /// PostgreSQL: the connection whose session holds the daemon's lock on
+    /// the database (SQLite's is the state directory's `flock`).
+    holder: std::sync::Mutex<Option<postgres::Conn>>,
     writer: Mutex<Option<Conn>>,
     writer_watch: writer_watch::WriterWatch,
     readers: Readers,
@@ -165,7 +211,8 @@ pub struct Store {
 }
 
 impl Store {
-    /// Opens (creating if needed) the database at `path` and runs migrations.
+    /// Opens (creating if needed) the SQLite database at `path` and runs
+    /// migrations.
     pub async fn open(path: &Path) -> Result<Store, Error> {
         // Migrations run on sqlx's connection, closed afterwards: one edits
         // the schema's text (the kinds migration), which a connection that
@@ -196,11 +243,85 @@ impl Store {
             setup: vec!["PRAGMA foreign_keys = ON"],
             ..writer.clone()
         };
-        let mut writer = Conn::open(&writer)?;
+        let writer = Conn::Sqlite(sqlite::Conn::open(&writer)?);
         let mut idle = Vec::with_capacity(READERS);
         for _ in 0..READERS {
-            idle.push(Conn::open(&reader)?);
+            idle.push(Conn::Sqlite(sqlite::Conn::open(&reader)?));
         }
+        Store::over(Some(path.to_path_buf()), writer, idle)
+    }
+
+    /// Connects to the PostgreSQL database `url` names (`postgres://...`)
+    /// and runs its migrations (`migrations/postgres`; sqlx holds an
+    /// advisory lock meanwhile, so daemons starting together take turns).
+    pub async fn connect(url: &str) -> Result<Store, Error> {
+        Store::connect_with(PgConnectOptions::from_str(url)?).await
+    }
+
+    /// [`Store::connect`] with options already parsed.
+    pub async fn connect_with(options: PgConnectOptions) -> Result<Store, Error> {
+        let mut migrating = sqlx::PgConnection::connect_with(&options).await?;
+        create_named_schema(&mut migrating).await?;
+        POSTGRES_MIGRATOR.run(&mut migrating).await?;
+        sqlx::Connection::close(migrating).await?;
+        // Connecting blocks this thread (a round trip to the connection's own).
+        let mut holder = postgres::Conn::open(&options)?;
+        if !holder.take_daemon_lock()? {
+            return Err(Error::InUse(
+                "another todod is serving this database (schema); one daemon per database \
+                 until several daemons share one graph"
+                    .into(),
+            ));
+        }
+        let writer = Conn::Postgres(postgres::Conn::open(&options)?);
+        let mut idle = Vec::with_capacity(READERS);
+        for _ in 0..READERS {
+            idle.push(Conn::Postgres(postgres::Conn::open(&options)?));
+        }
+        let store = Store::over(None, writer, idle)?;
+        *store.inner.holder.lock().unwrap_or_else(|p| p.into_inner()) = Some(holder);
+        Ok(store)
+    }
+
+    /// A store of its own for one test: SQLite in `dir`, or, when
+    /// `TODOD_TEST_DATABASE_URL` names a PostgreSQL server, the schema there
+    /// that [`Store::test_database_url`] gives `dir`.
+    #[doc(hidden)]
+    pub async fn open_for_test(dir: &Path) -> Result<Store, Error> {
+        match Store::test_database_url(dir) {
+            Some(url) => Store::connect(&url).await,
+            None => Store::open(&dir.join("todod.db")).await,
+        }
+    }
+
+    /// When `TODOD_TEST_DATABASE_URL` names a PostgreSQL server: the URL of
+    /// a schema there of this process and `dir` (the test's state
+    /// directory), so that tests run side by side on one server as they do
+    /// on files, and a daemon restarted on `dir` finds its graph again. The
+    /// first store to connect creates the schema.
+    #[doc(hidden)]
+    pub fn test_database_url(dir: &Path) -> Option<String> {
+        let url = std::env::var("TODOD_TEST_DATABASE_URL")
+            .ok()
+            .filter(|url| !url.is_empty())?;
+        // FNV-1a of the directory's path: a stable name from it.
+        let hash = dir
+            .as_os_str()
+            .as_encoded_bytes()
+            .iter()
+            .fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+                (h ^ u64::from(*b)).wrapping_mul(0x100_0000_01b3)
+            });
+        let schema = format!("test_{}_{hash:016x}", std::process::id());
+        let join = if url.contains('?') { '&' } else { '?' };
+        Some(format!("{url}{join}options=-c%20search_path%3D{schema}"))
+    }
+
+    fn over(
+        path: Option<std::path::PathBuf>,
+        mut writer: Conn,
+        idle: Vec<Conn>,
+    ) -> Result<Store, Error> {
         let last = {
             let mut db = writer.lock();
             db.query_row("SELECT COALESCE(MAX(seq), 0) FROM events", &[], |row| {
@@ -211,7 +332,8 @@ impl Store {
         let (committed_seq, _) = watch::channel(last);
         Ok(Store {
             inner: Arc::new(Inner {
-                path: path.to_path_buf(),
+                path,
+                holder: Default::default(),
                 writer: Mutex::new(Some(writer)),
                 writer_watch: Default::default(),
                 readers: Readers {
@@ -232,8 +354,10 @@ impl Store {
         let names: Vec<String> = kinds.iter().map(|k| k.to_string()).collect();
         let names = serde_json::to_string(&names).unwrap_or_default();
         self.write(|db| {
+            let (insert, skip) = db.dialect().insert_or_skip();
+            let names_of = db.dialect().json_texts("?");
             db.execute(
-                "INSERT OR IGNORE INTO kinds (name) SELECT value FROM json_each(?)",
+                &format!("{insert} INTO kinds (name) SELECT n.value FROM ({names_of}) AS n{skip}"),
                 &[names.as_str().into()],
             )?;
             Ok(((), None))
@@ -241,9 +365,9 @@ impl Store {
         .await
     }
 
-    /// The database file.
-    pub fn path(&self) -> &Path {
-        &self.inner.path
+    /// The database file; `None` when the store is on PostgreSQL.
+    pub fn path(&self) -> Option<&Path> {
+        self.inner.path.as_deref()
     }
 
     /// The sequence number of the newest committed event, updated after commit.
@@ -330,6 +454,10 @@ impl Store {
     /// `PRAGMA integrity_check`: "ok" for a sound database.
     pub async fn integrity_check(&self) -> Result<String, Error> {
         self.read(|db| {
+            if db.dialect() == sql::Dialect::Postgres {
+                // The server checks its own pages (data checksums).
+                return Ok("ok".to_string());
+            }
             db.query_row("PRAGMA integrity_check", &[], |row| {
                 Ok(row.text(0)?.to_string())
             })
@@ -352,7 +480,18 @@ impl Store {
         let Some(mut writer) = self.inner.writer.lock().await.take() else {
             return;
         };
+        // Ending its session lets another daemon take the database.
+        let holder = self
+            .inner
+            .holder
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        drop(holder);
         let mut db = writer.lock();
+        if db.dialect() == sql::Dialect::Postgres {
+            return;
+        }
         if let Err(error) = db.query_row("PRAGMA wal_checkpoint(TRUNCATE)", &[], |_| Ok(())) {
             tracing::warn!(%error, "final WAL checkpoint failed; the next start replays the WAL");
         }
@@ -378,7 +517,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn concurrent_reads_and_writes_lose_no_connection() {
         let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(&dir.path().join("todod.db")).await.unwrap();
+        let store = Store::open_for_test(dir.path()).await.unwrap();
         let ctx = WriteContext::default();
         store.create_plan("p", "", &ctx).await.unwrap();
         let mut callers = tokio::task::JoinSet::new();

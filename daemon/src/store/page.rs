@@ -44,13 +44,17 @@ impl Store {
         limit: usize,
     ) -> Result<Vec<ProgressPoint>, Error> {
         self.read(|db| {
+            let dialect = db.dialect();
             db.query(
-                "SELECT seq, at, \
-                 COALESCE(json_extract(new_value, '$.done'), 0) \
-                 + COALESCE(json_extract(new_value, '$.failed'), 0), \
-                 COALESCE(json_extract(new_value, '$.tokens'), 0) \
-                 FROM events WHERE task_id = ? AND type = 'progress' AND seq > ? \
-                 ORDER BY seq LIMIT ?",
+                &format!(
+                    "SELECT seq, at, CAST(COALESCE({}, 0) + COALESCE({}, 0) AS BIGINT), \
+                     CAST(COALESCE({}, 0) AS BIGINT) \
+                     FROM events WHERE task_id = ? AND type = 'progress' AND seq > ? \
+                     ORDER BY seq LIMIT ?",
+                    dialect.json_number("new_value", "done"),
+                    dialect.json_number("new_value", "failed"),
+                    dialect.json_number("new_value", "tokens"),
+                ),
                 &[task.0.into(), after_seq.into(), (limit as i64).into()],
                 |row| {
                     Ok(ProgressPoint {

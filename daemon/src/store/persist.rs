@@ -3,7 +3,7 @@
 //! is exactly the list of changes that were committed.
 use std::collections::HashMap;
 
-use super::sqlite::{Db, Param};
+use super::sql::{Db, Dialect, Param};
 use super::{Error, WriteContext};
 use crate::domain::{Change, Status, TaskId};
 
@@ -45,7 +45,7 @@ pub(super) fn record_plan_event(
         ],
         |row| row.int(0),
     )?
-    .ok_or_else(super::sqlite::no_row)
+    .ok_or_else(super::sql::no_row)
 }
 
 /// An event before it is written: type, from/to status, old/new value.
@@ -141,7 +141,7 @@ pub(super) fn apply(
                         ],
                         |row| row.int(0),
                     )?
-                    .ok_or_else(super::sqlite::no_row)?;
+                    .ok_or_else(super::sql::no_row)?;
                 applied.created.insert(*id, TaskId(real));
                 EventFields {
                     to_status: Some("pending"),
@@ -272,7 +272,7 @@ pub(super) fn apply(
                 match new.as_deref() {
                     Some(json) => {
                         let v: serde_json::Value = serde_json::from_str(json)
-                            .map_err(|_| super::sqlite::misuse("a schedule change is not JSON"))?;
+                            .map_err(|_| super::sql::misuse("a schedule change is not JSON"))?;
                         db.execute(
                             "INSERT INTO schedules (task_id, cron, timezone, action, \
                              next_fire_at, created_at) VALUES (?, ?, ?, ?, ?, ?) \
@@ -313,12 +313,25 @@ pub(super) fn apply(
     if !events.is_empty() {
         // One statement for all of the write's events; json_each keeps their order.
         let events = serde_json::Value::Array(events).to_string();
+        let each = match db.dialect() {
+            Dialect::Sqlite => {
+                "e.value ->> 0, e.value ->> 1, e.value ->> 2, e.value ->> 3, e.value ->> 4, \
+                 e.value ->> 5, ?, ?, ?, ? FROM json_each(?) e"
+            }
+            // Typed, since PostgreSQL's ->> gives text, and in array order.
+            Dialect::Postgres => {
+                "CAST(e.value ->> 0 AS BIGINT), e.value ->> 1, e.value ->> 2, e.value ->> 3, \
+                 e.value ->> 4, e.value ->> 5, CAST(? AS TEXT), CAST(? AS TEXT), \
+                 CAST(? AS BIGINT), CAST(? AS BIGINT) \
+                 FROM jsonb_array_elements(CAST(CAST(? AS TEXT) AS jsonb)) WITH ORDINALITY AS e(value, key)"
+            }
+        };
         let seqs = db.query(
-            "INSERT INTO events (plan_id, task_id, type, from_status, to_status, old_value, \
-             new_value, actor, reason, at, plan_revision) \
-             SELECT ?, e.value ->> 0, e.value ->> 1, e.value ->> 2, e.value ->> 3, \
-             e.value ->> 4, e.value ->> 5, ?, ?, ?, ? FROM json_each(?) e \
-             ORDER BY e.key RETURNING seq",
+            &format!(
+                "INSERT INTO events (plan_id, task_id, type, from_status, to_status, old_value, \
+                 new_value, actor, reason, at, plan_revision) \
+                 SELECT CAST(? AS BIGINT), {each} ORDER BY e.key RETURNING seq"
+            ),
             &[
                 plan_id.into(),
                 (&ctx.actor).into(),

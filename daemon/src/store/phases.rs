@@ -5,7 +5,7 @@
 //! while a generation runs.
 use super::checkpoints::{check_fence, record, save_progress, save_state, DAEMON_ACTOR};
 use super::persist;
-use super::sqlite::{Db, Param};
+use super::sql::{Db, Param};
 use super::{now_ms, Error, Store, TaskView, WriteContext};
 use crate::domain::{self, Change, Kind, Status, TaskId};
 
@@ -200,6 +200,7 @@ mod tests {
     #[tokio::test]
     async fn the_runtimes_look_walks_the_phase_index_not_every_task() {
         let dir = tempfile::tempdir().unwrap();
+        // SQLite's plan (PostgreSQL plans by its statistics, not the schema).
         let store = Store::open(&dir.path().join("todod.db")).await.unwrap();
         let plan = store
             .read(|db| {

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::read::{plan_by_name, task_by_id};
 use super::request_ids::Once;
-use super::sqlite::Db;
+use super::sql::Db;
 use super::write::{
     add_dependency, check_revision, create_task, has_checkpoint, insert_plan, remove_dependency,
     update_task, NewTask, SpecUpdate, TaskUpdate,

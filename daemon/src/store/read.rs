@@ -4,7 +4,7 @@
 //! answer must be consistent.
 use std::collections::HashMap;
 
-use super::sqlite::{Db, Param};
+use super::sql::{Db, Dialect, Param};
 use super::views::{Detail, EVENT_COLUMNS, PLAN_COLUMNS};
 use super::{Error, EventView, PlanSummary, PlanView, Store, TaskPage, TaskView};
 use crate::domain::{self, Kind, Readiness, Status, TaskId};
@@ -14,22 +14,23 @@ use crate::domain::{self, Kind, Readiness, Status, TaskId};
 // Most tasks have no dependencies: the count (kept by triggers) answers
 // for them without a subquery, which on a 100k-task plan is most of what
 // `status` costs. CASE, not AND, so that the subquery is skipped in a value
-// as well as in a WHERE.
-const HAS_INCOMPLETE_DEP: &str = "(CASE WHEN t.dependency_count = 0 THEN 0 ELSE EXISTS \
+// as well as in a WHERE. 0 or 1, never a bare boolean: PostgreSQL would
+// not mix the two.
+const HAS_INCOMPLETE_DEP: &str = "(CASE WHEN t.dependency_count = 0 THEN 0 WHEN EXISTS \
      (SELECT 1 FROM dependencies d JOIN tasks u ON u.id = d.depends_on \
-     WHERE d.task_id = t.id AND u.status <> 'completed') END)";
-const HAS_FAILED_DEP: &str = "(CASE WHEN t.dependency_count = 0 THEN 0 ELSE EXISTS \
+     WHERE d.task_id = t.id AND u.status <> 'completed') THEN 1 ELSE 0 END)";
+const HAS_FAILED_DEP: &str = "(CASE WHEN t.dependency_count = 0 THEN 0 WHEN EXISTS \
      (SELECT 1 FROM dependencies d JOIN tasks u ON u.id = d.depends_on \
-     WHERE d.task_id = t.id AND u.status IN ('failed', 'cancelled')) END)";
+     WHERE d.task_id = t.id AND u.status IN ('failed', 'cancelled')) THEN 1 ELSE 0 END)";
 
 fn readiness_sql(readiness: Readiness) -> String {
     let pending = "t.status = 'pending' AND t.archived_at IS NULL";
     match readiness {
-        Readiness::Ready => format!("({pending} AND NOT {HAS_INCOMPLETE_DEP})"),
+        Readiness::Ready => format!("({pending} AND {HAS_INCOMPLETE_DEP} = 0)"),
         Readiness::Blocked => {
-            format!("({pending} AND {HAS_INCOMPLETE_DEP} AND NOT {HAS_FAILED_DEP})")
+            format!("({pending} AND {HAS_INCOMPLETE_DEP} = 1 AND {HAS_FAILED_DEP} = 0)")
         }
-        Readiness::BlockedByFailure => format!("({pending} AND {HAS_FAILED_DEP})"),
+        Readiness::BlockedByFailure => format!("({pending} AND {HAS_FAILED_DEP} = 1)"),
     }
 }
 
@@ -98,29 +99,36 @@ pub(super) fn require_plan(db: &mut Db, name: &str) -> Result<(i64, PlanView), E
 
 /// The columns `TaskView::from_row` reads, in order. A basic listing
 /// selects NULL for the heavy or repetitive ones.
-fn task_columns(detail: Detail) -> &'static str {
+fn task_columns(detail: Detail, dialect: Dialect) -> String {
+    // Dependencies as "id:status,..." and the schedule as compact JSON, the
+    // same text from either database.
+    let dependencies = format!(
+        "CASE WHEN t.dependency_count > 0 THEN (SELECT {} FROM dependencies d \
+         JOIN tasks u ON u.id = d.depends_on WHERE d.task_id = t.id) END",
+        dialect.joined("d.depends_on || ':' || u.status", "d.depends_on")
+    );
+    let schedule = format!(
+        "CASE WHEN s.task_id IS NOT NULL THEN {} END",
+        dialect.json_object(&[
+            ("cron", "s.cron"),
+            ("timezone", "s.timezone"),
+            ("action", "s.action"),
+            ("next_fire_at", "s.next_fire_at"),
+            ("last_fired_at", "s.last_fired_at"),
+        ])
+    );
     match detail {
-        Detail::Full => {
+        Detail::Full => format!(
             "t.id, p.name, t.status, t.priority, t.content, t.kind, t.position, t.spec, \
              t.progress, t.result, t.error, t.revision, t.archived_at, t.created_at, \
-             t.updated_at, t.started_at, t.finished_at, CASE WHEN t.dependency_count > 0 \
-             THEN (SELECT group_concat(d.depends_on || ':' || u.status, ',' ORDER BY \
-             d.depends_on) FROM dependencies d JOIN tasks u ON u.id = d.depends_on \
-             WHERE d.task_id = t.id) END, \
-             CASE WHEN s.task_id IS NOT NULL THEN json_object('cron', s.cron, \
-             'timezone', s.timezone, 'action', s.action, 'next_fire_at', s.next_fire_at, \
-             'last_fired_at', s.last_fired_at) END, t.owner, t.metadata"
-        }
-        Detail::Basic => {
+             t.updated_at, t.started_at, t.finished_at, {dependencies}, {schedule}, \
+             t.owner, t.metadata"
+        ),
+        Detail::Basic => format!(
             "t.id, NULL, t.status, t.priority, t.content, t.kind, t.position, NULL, \
              t.progress, NULL, NULL, t.revision, t.archived_at, NULL, NULL, NULL, NULL, \
-             CASE WHEN t.dependency_count > 0 THEN (SELECT group_concat(d.depends_on || ':' \
-             || u.status, ',' ORDER BY d.depends_on) FROM dependencies d JOIN tasks u \
-             ON u.id = d.depends_on WHERE d.task_id = t.id) END, \
-             CASE WHEN s.task_id IS NOT NULL THEN json_object('cron', s.cron, \
-             'timezone', s.timezone, 'action', s.action, 'next_fire_at', s.next_fire_at, \
-             'last_fired_at', s.last_fired_at) END, t.owner, t.metadata"
-        }
+             {dependencies}, {schedule}, t.owner, t.metadata"
+        ),
     }
 }
 
@@ -162,7 +170,7 @@ fn tasks_where(db: &mut Db, q: TaskQuery<'_>) -> Result<Vec<TaskView>, Error> {
         "SELECT {columns} FROM tasks t JOIN plans p ON p.id = t.plan_id \
          LEFT JOIN schedules s ON s.task_id = t.id \
          WHERE {condition} ORDER BY {order} LIMIT {limit}",
-        columns = task_columns(q.detail),
+        columns = task_columns(q.detail, db.dialect()),
         condition = q.condition,
         order = q.order.sql(),
         limit = q.limit,
@@ -246,7 +254,7 @@ fn plan_summary(db: &mut Db, name: &str, limit: usize) -> Result<PlanSummary, Er
                 Order::PriorityFirst,
             ),
             (
-                format!("{live} AND t.status = 'pending' AND {HAS_INCOMPLETE_DEP}"),
+                format!("{live} AND t.status = 'pending' AND {HAS_INCOMPLETE_DEP} = 1"),
                 Order::List,
             ),
         ];
@@ -288,11 +296,17 @@ fn list_tasks(db: &mut Db, filter: &TaskFilter) -> Result<TaskPage, Error> {
         condition.push_str(" AND t.archived_at IS NULL");
     }
     if !filter.statuses.is_empty() {
-        condition.push_str(" AND t.status IN (SELECT value FROM json_each(?))");
+        condition.push_str(&format!(
+            " AND t.status IN ({})",
+            db.dialect().json_texts("?")
+        ));
         params.push((&statuses).into());
     }
     if !filter.kinds.is_empty() {
-        condition.push_str(" AND t.kind IN (SELECT value FROM json_each(?))");
+        condition.push_str(&format!(
+            " AND t.kind IN ({})",
+            db.dialect().json_texts("?")
+        ));
         params.push((&kinds).into());
     }
     if !filter.readiness.is_empty() {

@@ -7,7 +7,7 @@
 //! arrive, so the table stays bounded by a day's traffic.
 use base64::Engine as _;
 
-use super::sqlite::Db;
+use super::sql::Db;
 use super::{Error, Store, WriteContext};
 
 /// How long an id and its answer are kept.
@@ -185,7 +185,7 @@ mod tests {
     #[tokio::test]
     async fn ids_older_than_a_day_are_pruned_as_new_ones_arrive() {
         let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(&dir.path().join("todod.db")).await.unwrap();
+        let store = Store::open_for_test(dir.path()).await.unwrap();
         let now = super::super::now_ms();
         store
             .write(|db| {

@@ -6,7 +6,7 @@ use serde_json::json;
 
 use super::read::task_by_id;
 use super::request_ids::Once;
-use super::sqlite::Db;
+use super::sql::Db;
 use super::write::{transition, writable_task};
 use super::{now_ms, Error, Store, TaskView, WriteContext, DAEMON_ACTOR};
 use crate::domain::schedule::Schedule;
@@ -26,9 +26,14 @@ pub struct DueSchedule {
 }
 
 fn stored(db: &mut Db, id: TaskId) -> Result<Option<String>, Error> {
+    let object = db.dialect().json_object(&[
+        ("cron", "cron"),
+        ("timezone", "timezone"),
+        ("action", "action"),
+        ("next_fire_at", "next_fire_at"),
+    ]);
     db.query_row(
-        "SELECT json_object('cron', cron, 'timezone', timezone, 'action', action, \
-         'next_fire_at', next_fire_at) FROM schedules WHERE task_id = ?",
+        &format!("SELECT {object} FROM schedules WHERE task_id = ?"),
         &[id.0.into()],
         |row| Ok(row.text(0)?.to_string()),
     )
@@ -108,10 +113,16 @@ pub(super) fn last_remeasure(
     id: TaskId,
     since_ms: i64,
 ) -> Result<Option<String>, Error> {
+    // Only a firing's value is JSON: PostgreSQL may look at it before the type.
+    let fired = "CASE WHEN type = 'schedule_fired' THEN new_value END";
+    let dialect = db.dialect();
     db.query_row(
-        "SELECT new_value FROM events WHERE task_id = ? AND type = 'schedule_fired' \
-         AND at >= ? AND json_extract(new_value, '$.action') = 'remeasure' \
-         AND json_extract(new_value, '$.projection') IS NOT NULL ORDER BY seq DESC LIMIT 1",
+        &format!(
+            "SELECT new_value FROM events WHERE task_id = ? AND type = 'schedule_fired' \
+             AND at >= ? AND {} = 'remeasure' AND {} IS NOT NULL ORDER BY seq DESC LIMIT 1",
+            dialect.json_text(fired, "action"),
+            dialect.json_text(fired, "projection"),
+        ),
         &[id.0.into(), since_ms.into()],
         |row| Ok(row.text(0)?.to_string()),
     )
@@ -239,10 +250,15 @@ impl Store {
     /// `since_ms`, by their recorded firings.
     pub async fn remeasure_held_ms(&self, id: TaskId, since_ms: i64) -> Result<i64, Error> {
         self.read(|db| {
+            let fired = "CASE WHEN type = 'schedule_fired' THEN new_value END";
+            let dialect = db.dialect();
             db.query_row(
-                "SELECT CAST(ROUND(COALESCE(SUM(json_extract(new_value, '$.held_seconds')), 0) \
-                 * 1000) AS INTEGER) FROM events WHERE task_id = ? AND type = 'schedule_fired' \
-                 AND at >= ? AND json_extract(new_value, '$.action') = 'remeasure'",
+                &format!(
+                    "SELECT CAST(ROUND(COALESCE(SUM({}), 0) * 1000) AS BIGINT) FROM events \
+                     WHERE task_id = ? AND type = 'schedule_fired' AND at >= ? AND {} = 'remeasure'",
+                    dialect.json_number(fired, "held_seconds"),
+                    dialect.json_text(fired, "action"),
+                ),
                 &[id.0.into(), since_ms.into()],
                 |row| row.int(0),
             )

@@ -21,61 +21,16 @@ use std::ptr::{self, NonNull};
 
 use libsqlite3_sys as ffi;
 
+use super::sql::{misuse, Failure, Param, Value};
 use super::Error;
 
-/// A bound parameter.
-#[derive(Debug, Clone, Copy)]
-pub(super) enum Param<'a> {
-    Null,
-    Int(i64),
-    Text(&'a str),
-}
-
-impl From<i64> for Param<'_> {
-    fn from(n: i64) -> Self {
-        Param::Int(n)
-    }
-}
-
-impl<'a> From<&'a str> for Param<'a> {
-    fn from(text: &'a str) -> Self {
-        Param::Text(text)
-    }
-}
-
-impl<'a> From<&'a String> for Param<'a> {
-    fn from(text: &'a String) -> Self {
-        Param::Text(text)
-    }
-}
-
-impl<'a, T: Into<Param<'a>>> From<Option<T>> for Param<'a> {
-    fn from(value: Option<T>) -> Self {
-        value.map_or(Param::Null, Into::into)
-    }
-}
-
-/// What kind of failure SQLite reported, from its primary result code.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Failure {
-    /// Another connection holds a lock past the busy timeout.
-    Busy,
-    /// The disk (or the database's size limit) is full.
-    Full,
-    /// A constraint (unique, check, foreign key, trigger) refused the change.
-    Constraint,
-    /// Anything else: I/O errors, misuse, corruption.
-    Other,
-}
-
-impl Failure {
-    fn of(code: c_int) -> Failure {
-        match code & 0xff {
-            ffi::SQLITE_BUSY | ffi::SQLITE_LOCKED => Failure::Busy,
-            ffi::SQLITE_FULL => Failure::Full,
-            ffi::SQLITE_CONSTRAINT => Failure::Constraint,
-            _ => Failure::Other,
-        }
+/// What kind of failure SQLite's result code is.
+fn failure_of(code: c_int) -> Failure {
+    match code & 0xff {
+        ffi::SQLITE_BUSY | ffi::SQLITE_LOCKED => Failure::Busy,
+        ffi::SQLITE_FULL => Failure::Full,
+        ffi::SQLITE_CONSTRAINT => Failure::Constraint,
+        _ => Failure::Other,
     }
 }
 
@@ -88,22 +43,9 @@ fn last_error(db: *mut ffi::sqlite3) -> Error {
         (code, message.to_string_lossy().into_owned())
     };
     Error::Sqlite {
-        failure: Failure::of(code),
+        failure: failure_of(code),
         code,
         message,
-    }
-}
-
-/// For `INSERT ... RETURNING` that returned nothing, which SQLite never does.
-pub(super) fn no_row() -> Error {
-    misuse("INSERT ... RETURNING gave no row")
-}
-
-pub(super) fn misuse(message: impl Into<String>) -> Error {
-    Error::Sqlite {
-        failure: Failure::Other,
-        code: ffi::SQLITE_MISUSE,
-        message: message.into(),
     }
 }
 
@@ -197,12 +139,10 @@ impl Conn {
             ffi::sqlite3_extended_result_codes(raw.as_ptr(), 1);
             ffi::sqlite3_busy_timeout(raw.as_ptr(), busy_ms);
         }
-        let mut db = conn.lock();
         for pragma in &options.setup {
             // A pragma may answer with a row (journal_mode does): read and drop it.
-            db.query(pragma, &[], |_| Ok(()))?;
+            conn.lock().query(pragma, &[], |_| Ok(()))?;
         }
-        drop(db);
         Ok(conn)
     }
 
@@ -228,15 +168,6 @@ impl Drop for Conn {
             tracing::warn!(code = rc, "closing a database connection failed");
         }
     }
-}
-
-/// The kind of transaction to open.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Begin {
-    /// `BEGIN`: a read transaction, one consistent snapshot.
-    Read,
-    /// `BEGIN IMMEDIATE`: takes the write lock at once.
-    Write,
 }
 
 /// A locked connection. Statements run synchronously on the caller's thread.
@@ -364,54 +295,10 @@ impl<'c> Db<'c> {
         }
     }
 
-    /// Runs `body` in a transaction: committed if it returns Ok, rolled back
-    /// otherwise. A failed COMMIT is rolled back too, so an error never leaves
-    /// a half-done write. Opening a transaction inside another is refused.
-    pub fn transaction<T>(
-        &mut self,
-        begin: Begin,
-        body: impl FnOnce(&mut Db<'c>) -> Result<T, Error>,
-    ) -> Result<T, Error> {
-        if !self.autocommit() {
-            return Err(Error::NestedTransaction);
-        }
-        self.execute(
-            match begin {
-                Begin::Read => "BEGIN",
-                Begin::Write => "BEGIN IMMEDIATE",
-            },
-            &[],
-        )?;
-        let result = body(self).and_then(|value| {
-            self.execute("COMMIT", &[])?;
-            Ok(value)
-        });
-        if result.is_err() {
-            self.rollback_if_open();
-        }
-        result
-    }
-
-    /// Ends a transaction left open (by an error, or by a panic unwinding
-    /// through `transaction`), so the connection never carries one into its
-    /// next use.
-    fn rollback_if_open(&mut self) {
-        if !self.autocommit() {
-            if let Err(error) = self.execute("ROLLBACK", &[]) {
-                tracing::error!(%error, "ROLLBACK failed");
-            }
-        }
-    }
-
-    fn autocommit(&self) -> bool {
+    /// False inside a transaction.
+    pub fn autocommit(&self) -> bool {
         // SAFETY: plain read of the connection's transaction state.
         unsafe { ffi::sqlite3_get_autocommit(self.raw) != 0 }
-    }
-}
-
-impl Drop for Db<'_> {
-    fn drop(&mut self) {
-        self.rollback_if_open();
     }
 }
 
@@ -490,22 +377,16 @@ impl Statement<'_> {
     }
 }
 
-/// One column of the current row.
-enum Value<'a> {
-    Null,
-    Integer(i64),
-    Text(&'a str),
-}
-
 /// The current row of a query. Its text borrows SQLite's buffers, valid until
 /// the statement steps again, which the borrow checker rules out while a `Row`
 /// is alive.
+#[derive(Clone, Copy)]
 pub(super) struct Row<'s> {
     statement: &'s Statement<'s>,
 }
 
 impl Row<'_> {
-    fn value(&self, index: usize) -> Result<Value<'_>, Error> {
+    pub fn value(&self, index: usize) -> Result<Value<'_>, Error> {
         let stmt = self.statement.raw.as_ptr();
         let i = index as c_int;
         // SAFETY: the statement has a current row (we only build a Row after
@@ -528,42 +409,5 @@ impl Row<'_> {
                 }
             }
         }
-    }
-
-    pub fn int(&self, index: usize) -> Result<i64, Error> {
-        match self.value(index)? {
-            Value::Integer(n) => Ok(n),
-            _ => Err(Error::Corrupt(format!("column {index} is not an integer"))),
-        }
-    }
-
-    pub fn opt_int(&self, index: usize) -> Result<Option<i64>, Error> {
-        match self.value(index)? {
-            Value::Null => Ok(None),
-            Value::Integer(n) => Ok(Some(n)),
-            Value::Text(_) => Err(Error::Corrupt(format!("column {index} is not an integer"))),
-        }
-    }
-
-    pub fn text(&self, index: usize) -> Result<&str, Error> {
-        match self.value(index)? {
-            Value::Text(t) => Ok(t),
-            _ => Err(Error::Corrupt(format!("column {index} is not text"))),
-        }
-    }
-
-    pub fn opt_text(&self, index: usize) -> Result<Option<&str>, Error> {
-        match self.value(index)? {
-            Value::Null => Ok(None),
-            Value::Text(t) => Ok(Some(t)),
-            Value::Integer(_) => Err(Error::Corrupt(format!("column {index} is not text"))),
-        }
-    }
-
-    /// A text column parsed into a domain value (status, priority, kind).
-    pub fn parsed<T: std::str::FromStr>(&self, index: usize, what: &str) -> Result<T, Error> {
-        let text = self.text(index)?;
-        text.parse()
-            .map_err(|_| Error::Corrupt(format!("unknown {what} {text:?} in the database")))
     }
 }

@@ -1,6 +1,6 @@
 //! What the store hands out: plain snapshots of plans, tasks and events, decoded
 //! from rows. The API layer converts them to protobuf.
-use super::sqlite::Row;
+use super::sql::Row;
 use super::Error;
 use crate::domain::{Kind, Priority, Readiness, Status, TaskId};
 

@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 use super::persist;
 use super::read::{live_tasks, plan_by_id, plan_by_name, require_plan, task_by_id};
 use super::request_ids::Once;
-use super::sqlite::Db;
+use super::sql::Db;
 use super::{now_ms, Error, PlanView, Store, TaskView, WriteContext};
 use crate::domain::annotations::{self, Patch};
 use crate::domain::todo_list::{self, StoredTask, TodoItem};
@@ -121,7 +121,7 @@ fn neighbourhood(db: &mut Db, id: TaskId, status: Status) -> Result<Graph, Error
 fn ancestry(db: &mut Db, start: TaskId) -> Result<Graph, Error> {
     let mut graph = Graph::new();
     let rows = db.query(
-        "WITH RECURSIVE up(id) AS (SELECT ?1 UNION SELECT d.depends_on FROM dependencies d \
+        "WITH RECURSIVE up(id) AS (SELECT CAST(?1 AS BIGINT) UNION SELECT d.depends_on FROM dependencies d \
          JOIN up ON d.task_id = up.id) \
          SELECT t.id, t.status, d.depends_on FROM up JOIN tasks t ON t.id = up.id \
          LEFT JOIN dependencies d ON d.task_id = t.id",
@@ -250,7 +250,7 @@ pub(super) fn insert_plan(
             &[name.into(), title.into(), now.into(), now.into()],
             |row| row.int(0),
         )?
-        .ok_or_else(super::sqlite::no_row)?;
+        .ok_or_else(super::sql::no_row)?;
     let seq = persist::record_plan_event(db, plan_id, "plan_created", 1, ctx, now)?;
     Ok((plan_id, seq))
 }
@@ -265,12 +265,15 @@ fn stored_tasks(
 ) -> Result<Vec<StoredTask>, Error> {
     let named: Vec<i64> = items.iter().filter_map(|i| i.id.map(|id| id.0)).collect();
     let named = serde_json::Value::from(named).to_string();
+    let dialect = db.dialect();
     let stored = db.query(
-        "SELECT t.id, t.content, t.status, t.priority, t.kind, t.position, t.archived_at, \
-         (SELECT group_concat(d.depends_on) FROM dependencies d WHERE d.task_id = t.id), \
-         t.metadata \
-         FROM tasks t WHERE t.plan_id = ?1 AND (t.archived_at IS NULL \
-         OR t.id IN (SELECT value FROM json_each(?2)))",
+        &format!(
+            "SELECT t.id, t.content, t.status, t.priority, t.kind, t.position, t.archived_at, \
+             (SELECT {} FROM dependencies d WHERE d.task_id = t.id), t.metadata \
+             FROM tasks t WHERE t.plan_id = ?1 AND (t.archived_at IS NULL OR t.id IN ({}))",
+            dialect.joined("d.depends_on", "d.depends_on"),
+            dialect.json_ints("?2"),
+        ),
         &[plan_id.into(), (&named).into()],
         |row| {
             let deps = row.opt_text(7)?.unwrap_or("");
@@ -410,7 +413,7 @@ fn insert_claims(db: &mut Db, task: TaskId, claims: &[Claim]) -> Result<(), Erro
     for claim in claims {
         db.execute(
             "INSERT INTO phase_outputs (task_id, path, field, active) VALUES (?, ?, ?, \
-             (SELECT status <> 'cancelled' FROM tasks WHERE id = ?))",
+             (SELECT CASE WHEN status <> 'cancelled' THEN 1 ELSE 0 END FROM tasks WHERE id = ?))",
             &[
                 task.0.into(),
                 (&claim.path).into(),

@@ -1,0 +1,426 @@
+//! The store's statements on PostgreSQL, through sqlx's Postgres driver.
+//!
+//! The store's transaction bodies are synchronous (`FnOnce(&mut Db)`, as
+//! SQLite's C API runs them), and sqlx is async. So each connection lives on
+//! a thread of its own with a current-thread runtime, and each statement is
+//! a blocking round trip to it: the body runs on the caller's thread, as it
+//! does on SQLite, from a current-thread runtime (tests) or a multi-thread
+//! one (the daemon) alike.
+//!
+//! Statements arrive in SQLite's dialect; `?` and `?N` become `$N`, numbered
+//! as SQLite numbers them (a bare `?` takes the highest number so far plus
+//! one). Parameters are bound as the types the server inferred when it
+//! prepared the statement (sqlx caches the prepared statement per
+//! connection), so `?` compared with a BIGINT column gets an i64 and a NULL
+//! gets whatever type its place needs.
+//!
+//! A write transaction takes one advisory lock first: writes through every
+//! daemon on the database are serialised, as SQLite's single writer does, so
+//! the store's read-decide-write bodies (revisions, positions, the cycle
+//! check, the fence check) and `events.seq` in commit order hold unchanged.
+use std::sync::mpsc;
+
+use sqlx::postgres::{PgArguments, PgConnectOptions, PgConnection, PgRow, PgTypeInfo};
+use sqlx::{Arguments, Column, Connection, Either, Executor, Row as _, Statement, TypeInfo};
+
+use super::sql::{misuse, Begin, Failure, Param};
+use super::Error;
+
+/// Every write transaction takes this advisory lock first, for the
+/// transaction. Its second key is the schema's hash, so that daemons (and
+/// tests) on different schemas of one server do not wait for each other.
+const WRITE_LOCK: &str = "pg_advisory_xact_lock(1953457263, hashtext(current_schema()))";
+/// A daemon's session holds this one while it serves the database.
+const DAEMON_LOCK: &str = "pg_try_advisory_lock(1953457264, hashtext(current_schema()))";
+
+/// One column of a row, as the store reads it: booleans come as 0 and 1.
+#[derive(Debug)]
+pub(super) enum Value {
+    Null,
+    Integer(i64),
+    Text(String),
+}
+
+/// A parameter, owned, on its way to the connection's thread.
+enum Owned {
+    Null,
+    Int(i64),
+    Text(String),
+}
+
+enum Work {
+    /// A statement with `$N` parameters; `rows`: return its rows.
+    Statement {
+        sql: String,
+        params: Vec<Owned>,
+        rows: bool,
+    },
+    /// Statements without parameters, sent as they are (BEGIN, COMMIT).
+    Simple(String),
+}
+
+enum Reply {
+    Changed(usize),
+    Rows(Vec<Vec<Value>>),
+}
+
+struct Request {
+    work: Work,
+    /// Whether the caller is outside a transaction: only then may a lost
+    /// connection be replaced (inside one, the transaction died with it).
+    fresh: bool,
+    reply: mpsc::SyncSender<Result<Reply, Error>>,
+}
+
+/// A connection to PostgreSQL, served by a thread of its own.
+pub(super) struct Conn {
+    requests: mpsc::Sender<Request>,
+    in_transaction: bool,
+}
+
+impl Conn {
+    /// Connects (on a new thread) and waits until the connection is up.
+    pub fn open(options: &PgConnectOptions) -> Result<Conn, Error> {
+        let (requests, incoming) = mpsc::channel::<Request>();
+        let (ready_tx, ready) = mpsc::sync_channel(1);
+        let options = options.clone();
+        std::thread::Builder::new()
+            .name("todod-postgres".into())
+            .spawn(move || serve(options, incoming, ready_tx))
+            .map_err(|e| misuse(format!("cannot start a database thread: {e}")))?;
+        ready
+            .recv()
+            .map_err(|_| misuse("the database thread ended before connecting"))??;
+        Ok(Conn {
+            requests,
+            in_transaction: false,
+        })
+    }
+
+    fn call(&mut self, work: Work) -> Result<Reply, Error> {
+        let (reply, answer) = mpsc::sync_channel(1);
+        let request = Request {
+            work,
+            fresh: !self.in_transaction,
+            reply,
+        };
+        self.requests
+            .send(request)
+            .map_err(|_| misuse("the database thread has ended"))?;
+        answer
+            .recv()
+            .map_err(|_| misuse("the database thread ended mid-statement"))?
+    }
+
+    pub fn in_transaction(&self) -> bool {
+        self.in_transaction
+    }
+
+    /// Opens a transaction: reads see one snapshot; writes wait for the
+    /// store's write lock, held until they commit or roll back.
+    pub fn begin(&mut self, begin: Begin) -> Result<(), Error> {
+        let sql = match begin {
+            Begin::Read => "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY".to_string(),
+            Begin::Write => format!("BEGIN; SELECT {WRITE_LOCK}"),
+        };
+        self.call(Work::Simple(sql))?;
+        self.in_transaction = true;
+        Ok(())
+    }
+
+    /// Takes the daemon's lock on the database for this connection's
+    /// session; false if another session holds it.
+    pub fn take_daemon_lock(&mut self) -> Result<bool, Error> {
+        let rows = self.query(&format!("SELECT {DAEMON_LOCK}"), &[])?;
+        Ok(matches!(
+            rows.first().and_then(|row| row.first()),
+            Some(Value::Integer(1))
+        ))
+    }
+
+    pub fn execute(&mut self, sql: &str, params: &[Param<'_>]) -> Result<usize, Error> {
+        let ends = matches!(sql.trim(), "COMMIT" | "ROLLBACK");
+        if ends || sql.trim() == "BEGIN" {
+            let result = self.call(Work::Simple(sql.trim().to_string()));
+            // After COMMIT or ROLLBACK, failed or not, no transaction is open
+            // (a failed COMMIT rolls back; a lost connection took it along).
+            self.in_transaction = !ends;
+            return result.map(|_| 0);
+        }
+        match self.call(statement(sql, params, false))? {
+            Reply::Changed(n) => Ok(n),
+            Reply::Rows(_) => Ok(0),
+        }
+    }
+
+    pub fn query(&mut self, sql: &str, params: &[Param<'_>]) -> Result<Vec<Vec<Value>>, Error> {
+        match self.call(statement(sql, params, true))? {
+            Reply::Rows(rows) => Ok(rows),
+            Reply::Changed(_) => Ok(Vec::new()),
+        }
+    }
+}
+
+fn statement(sql: &str, params: &[Param<'_>], rows: bool) -> Work {
+    Work::Statement {
+        sql: placeholders(sql),
+        params: params
+            .iter()
+            .map(|p| match p {
+                Param::Null => Owned::Null,
+                Param::Int(n) => Owned::Int(*n),
+                Param::Text(t) => Owned::Text(t.to_string()),
+            })
+            .collect(),
+        rows,
+    }
+}
+
+/// SQLite's `?` and `?N` as `$N`, numbered as SQLite numbers them. Quoted
+/// text and identifiers are left alone.
+pub(super) fn placeholders(sql: &str) -> String {
+    let mut out = String::with_capacity(sql.len() + 8);
+    let mut highest = 0u32;
+    let mut quote: Option<char> = None;
+    let mut chars = sql.chars().peekable();
+    while let Some(c) = chars.next() {
+        match quote {
+            Some(q) => {
+                out.push(c);
+                if c == q {
+                    quote = None;
+                }
+            }
+            None if c == '\'' || c == '"' => {
+                quote = Some(c);
+                out.push(c);
+            }
+            None if c == '?' => {
+                let mut digits = String::new();
+                while let Some(d) = chars.peek().filter(|d| d.is_ascii_digit()) {
+                    digits.push(*d);
+                    chars.next();
+                }
+                let n = match digits.parse::<u32>() {
+                    Ok(n) => n,
+                    Err(_) => highest + 1,
+                };
+                highest = highest.max(n);
+                out.push('$');
+                out.push_str(&n.to_string());
+            }
+            None => out.push(c),
+        }
+    }
+    out
+}
+
+/// The connection's thread: connects, answers requests one by one, and
+/// replaces a lost connection when no transaction depended on it.
+fn serve(
+    options: PgConnectOptions,
+    incoming: mpsc::Receiver<Request>,
+    ready: mpsc::SyncSender<Result<(), Error>>,
+) {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            let _ = ready.send(Err(misuse(format!("cannot start a runtime: {e}"))));
+            return;
+        }
+    };
+    let mut conn = match runtime.block_on(PgConnection::connect_with(&options)) {
+        Ok(conn) => Some(conn),
+        Err(e) => {
+            let _ = ready.send(Err(error_of(e)));
+            return;
+        }
+    };
+    let _ = ready.send(Ok(()));
+    while let Ok(request) = incoming.recv() {
+        if conn.is_none() && request.fresh {
+            conn = runtime.block_on(PgConnection::connect_with(&options)).ok();
+        }
+        let result = match conn.as_mut() {
+            Some(c) => runtime.block_on(run(c, request.work)),
+            None if matches!(&request.work, Work::Simple(sql) if sql == "ROLLBACK") => {
+                Ok(Reply::Changed(0)) // the transaction went with the connection
+            }
+            None => Err(Error::Postgres {
+                failure: Failure::Other,
+                code: String::new(),
+                message: "the connection to the database was lost".into(),
+            }),
+        };
+        if let Err(Error::Postgres { code, .. }) = &result {
+            // Not the server refusing a statement: the connection itself.
+            if code.is_empty() {
+                conn = None;
+            }
+        }
+        let _ = request.reply.send(result);
+    }
+    if let Some(conn) = conn {
+        let _ = runtime.block_on(conn.close());
+    }
+}
+
+async fn run(conn: &mut PgConnection, work: Work) -> Result<Reply, Error> {
+    let (sql, params, rows) = match work {
+        Work::Simple(sql) => {
+            sqlx::raw_sql(&sql)
+                .execute(&mut *conn)
+                .await
+                .map_err(error_of)?;
+            return Ok(Reply::Changed(0));
+        }
+        Work::Statement { sql, params, rows } => (sql, params, rows),
+    };
+    // Prepared once per connection (sqlx caches it by its text), with the
+    // parameters' types left to the server.
+    let prepared = conn.prepare(&sql).await.map_err(error_of)?;
+    let types: Vec<PgTypeInfo> = match prepared.parameters() {
+        Some(Either::Left(types)) => types.to_vec(),
+        _ => Vec::new(),
+    };
+    if types.len() != params.len() {
+        return Err(misuse(format!(
+            "statement takes {} parameters, {} given",
+            types.len(),
+            params.len()
+        )));
+    }
+    let mut args = PgArguments::default();
+    for (i, (ty, param)) in types.iter().zip(params).enumerate() {
+        bind(&mut args, ty, param).map_err(|why| misuse(format!("parameter ${}: {why}", i + 1)))?;
+    }
+    let query = prepared.query_with(args);
+    if rows {
+        let rows = query.fetch_all(&mut *conn).await.map_err(error_of)?;
+        rows.iter()
+            .map(values)
+            .collect::<Result<_, _>>()
+            .map(Reply::Rows)
+    } else {
+        let done = query.execute(&mut *conn).await.map_err(error_of)?;
+        Ok(Reply::Changed(done.rows_affected() as usize))
+    }
+}
+
+/// Binds `param` as the type the server expects in its place.
+fn bind(args: &mut PgArguments, ty: &PgTypeInfo, param: Owned) -> Result<(), String> {
+    let added = match (ty.name(), param) {
+        ("INT8", Owned::Int(n)) => args.add(n),
+        ("INT8", Owned::Null) => args.add(None::<i64>),
+        ("INT4", Owned::Int(n)) => args.add(i32::try_from(n).map_err(|_| "out of range")?),
+        ("INT4", Owned::Null) => args.add(None::<i32>),
+        ("INT2", Owned::Int(n)) => args.add(i16::try_from(n).map_err(|_| "out of range")?),
+        ("INT2", Owned::Null) => args.add(None::<i16>),
+        ("BOOL", Owned::Int(n)) => args.add(n != 0),
+        ("BOOL", Owned::Null) => args.add(None::<bool>),
+        ("TEXT" | "VARCHAR" | "BPCHAR" | "NAME" | "UNKNOWN", Owned::Text(t)) => args.add(t),
+        ("TEXT" | "VARCHAR" | "BPCHAR" | "NAME" | "UNKNOWN", Owned::Int(n)) => {
+            args.add(n.to_string())
+        }
+        ("TEXT" | "VARCHAR" | "BPCHAR" | "NAME" | "UNKNOWN", Owned::Null) => {
+            args.add(None::<String>)
+        }
+        (name, Owned::Text(_)) => return Err(format!("text given where {name} is expected")),
+        (name, _) => return Err(format!("type {name} is not bound by the store")),
+    };
+    added.map_err(|e| e.to_string())
+}
+
+/// A row's columns as the store reads them.
+fn values(row: &PgRow) -> Result<Vec<Value>, Error> {
+    let decode = |e: sqlx::Error| Error::Corrupt(e.to_string());
+    row.columns()
+        .iter()
+        .enumerate()
+        .map(|(i, column)| {
+            Ok(match column.type_info().name() {
+                "INT8" => row
+                    .try_get::<Option<i64>, _>(i)
+                    .map_err(decode)?
+                    .map_or(Value::Null, Value::Integer),
+                "INT4" => row
+                    .try_get::<Option<i32>, _>(i)
+                    .map_err(decode)?
+                    .map_or(Value::Null, |n| Value::Integer(n.into())),
+                "INT2" => row
+                    .try_get::<Option<i16>, _>(i)
+                    .map_err(decode)?
+                    .map_or(Value::Null, |n| Value::Integer(n.into())),
+                "BOOL" => row
+                    .try_get::<Option<bool>, _>(i)
+                    .map_err(decode)?
+                    .map_or(Value::Null, |b| Value::Integer(b.into())),
+                "TEXT" | "VARCHAR" | "BPCHAR" | "NAME" | "UNKNOWN" => row
+                    .try_get::<Option<String>, _>(i)
+                    .map_err(decode)?
+                    .map_or(Value::Null, Value::Text),
+                "VOID" => Value::Null,
+                other => {
+                    return Err(misuse(format!(
+                        "column {i} ({}) is of type {other}, which the store does not read",
+                        column.name()
+                    )))
+                }
+            })
+        })
+        .collect()
+}
+
+/// sqlx's error as the store's: the server's SQLSTATE says what kind of
+/// failure it is; an error without one is the connection's.
+fn error_of(error: sqlx::Error) -> Error {
+    match &error {
+        sqlx::Error::Database(db) => {
+            let code = db.code().map(|c| c.to_string()).unwrap_or_default();
+            Error::Postgres {
+                failure: failure_of(&code),
+                message: db.message().to_string(),
+                code: if code.is_empty() { "?".into() } else { code },
+            }
+        }
+        _ => Error::Postgres {
+            failure: Failure::Other,
+            code: String::new(),
+            message: error.to_string(),
+        },
+    }
+}
+
+/// What kind of failure a SQLSTATE is.
+fn failure_of(code: &str) -> Failure {
+    match code {
+        // serialization failure, deadlock, lock not available, cancelled
+        // (statement timeout), too many connections
+        "40001" | "40P01" | "55P03" | "57014" | "53300" => Failure::Busy,
+        // disk full
+        "53100" => Failure::Full,
+        _ if code.starts_with("23") => Failure::Constraint,
+        _ => Failure::Other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::placeholders;
+
+    #[test]
+    fn placeholders_are_numbered_as_sqlite_numbers_them() {
+        assert_eq!(placeholders("a = ? AND b = ?"), "a = $1 AND b = $2");
+        assert_eq!(
+            placeholders("x = ?1, y = ?2, z = ?1 WHERE id = ? AND r = ?"),
+            "x = $1, y = $2, z = $1 WHERE id = $3 AND r = $4"
+        );
+        assert_eq!(
+            placeholders("SELECT '?', \"a?\" FROM t WHERE c = ?"),
+            "SELECT '?', \"a?\" FROM t WHERE c = $1"
+        );
+    }
+}

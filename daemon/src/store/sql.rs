@@ -1,0 +1,365 @@
+//! The store's statements, whichever database runs them: a connection
+//! ([`Conn`]), a locked connection running statements and transactions
+//! ([`Db`]), and the rows they return ([`Row`]).
+//!
+//! Statements are written in SQLite's dialect with `?` / `?N` placeholders;
+//! the PostgreSQL backend renumbers the placeholders, and the few statements
+//! whose text differs between the two ask [`Db::dialect`] which to run.
+//! Transactions are opened here, once, for both: a failed body or a failed
+//! `COMMIT` is rolled back, and a transaction inside another is refused.
+use super::{postgres, sqlite, Error};
+
+/// A bound parameter.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Param<'a> {
+    Null,
+    Int(i64),
+    Text(&'a str),
+}
+
+impl From<i64> for Param<'_> {
+    fn from(n: i64) -> Self {
+        Param::Int(n)
+    }
+}
+
+impl<'a> From<&'a str> for Param<'a> {
+    fn from(text: &'a str) -> Self {
+        Param::Text(text)
+    }
+}
+
+impl<'a> From<&'a String> for Param<'a> {
+    fn from(text: &'a String) -> Self {
+        Param::Text(text)
+    }
+}
+
+impl<'a, T: Into<Param<'a>>> From<Option<T>> for Param<'a> {
+    fn from(value: Option<T>) -> Self {
+        value.map_or(Param::Null, Into::into)
+    }
+}
+
+/// What kind of failure the database reported.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Failure {
+    /// Another connection holds a lock past the timeout, or the database
+    /// gave up a transaction to resolve a conflict: retrying may succeed.
+    Busy,
+    /// The disk (or the database's size limit) is full.
+    Full,
+    /// A constraint (unique, check, foreign key, trigger) refused the change.
+    Constraint,
+    /// Anything else: I/O errors, misuse, corruption, a lost connection.
+    Other,
+}
+
+/// Which SQL the database speaks, for the statements that differ.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Dialect {
+    Sqlite,
+    Postgres,
+}
+
+impl Dialect {
+    /// A subquery giving the texts of the JSON array bound at `param`, as
+    /// column `value` (for `x IN (...)`).
+    pub fn json_texts(self, param: &str) -> String {
+        match self {
+            Dialect::Sqlite => format!("SELECT value FROM json_each({param})"),
+            Dialect::Postgres => {
+                format!("SELECT jsonb_array_elements_text(CAST(CAST({param} AS TEXT) AS jsonb)) AS value")
+            }
+        }
+    }
+
+    /// A subquery giving the integers of the JSON array bound at `param`, as
+    /// column `value`.
+    pub fn json_ints(self, param: &str) -> String {
+        match self {
+            Dialect::Sqlite => format!("SELECT value FROM json_each({param})"),
+            Dialect::Postgres => format!(
+                "SELECT CAST(jsonb_array_elements_text(CAST(CAST({param} AS TEXT) AS jsonb)) AS BIGINT) AS value"
+            ),
+        }
+    }
+
+    /// An aggregate joining `expr` of the rows with commas, ordered by `order`.
+    pub fn joined(self, expr: &str, order: &str) -> String {
+        match self {
+            Dialect::Sqlite => format!("group_concat({expr}, ',' ORDER BY {order})"),
+            Dialect::Postgres => format!("string_agg(CAST({expr} AS TEXT), ',' ORDER BY {order})"),
+        }
+    }
+
+    /// A compact JSON object of `(key, column)` pairs, as SQLite's
+    /// `json_object` writes it (PostgreSQL's own adds spaces).
+    pub fn json_object(self, pairs: &[(&str, &str)]) -> String {
+        match self {
+            Dialect::Sqlite => {
+                let args: Vec<String> = pairs
+                    .iter()
+                    .map(|(key, column)| format!("'{key}', {column}"))
+                    .collect();
+                format!("json_object({})", args.join(", "))
+            }
+            Dialect::Postgres => {
+                let parts: Vec<String> = pairs
+                    .iter()
+                    .enumerate()
+                    .map(|(i, (key, column))| {
+                        let comma = if i == 0 { "{" } else { "," };
+                        format!("'{comma}\"{key}\":' || COALESCE(to_json({column})::text, 'null')")
+                    })
+                    .collect();
+                format!("({} || '}}')", parts.join(" || "))
+            }
+        }
+    }
+
+    /// The number at `key` of the JSON object in `column` (NULL if absent).
+    pub fn json_number(self, column: &str, key: &str) -> String {
+        match self {
+            Dialect::Sqlite => format!("json_extract({column}, '$.{key}')"),
+            Dialect::Postgres => {
+                format!("CAST(CAST({column} AS jsonb) ->> '{key}' AS DOUBLE PRECISION)")
+            }
+        }
+    }
+
+    /// The text at `key` of the JSON object in `column` (NULL if absent).
+    pub fn json_text(self, column: &str, key: &str) -> String {
+        match self {
+            Dialect::Sqlite => format!("json_extract({column}, '$.{key}')"),
+            Dialect::Postgres => format!("(CAST({column} AS jsonb) ->> '{key}')"),
+        }
+    }
+
+    /// `INSERT` that skips rows whose key is taken: the words before the
+    /// table and after the values.
+    pub fn insert_or_skip(self) -> (&'static str, &'static str) {
+        match self {
+            Dialect::Sqlite => ("INSERT OR IGNORE", ""),
+            Dialect::Postgres => ("INSERT", " ON CONFLICT DO NOTHING"),
+        }
+    }
+}
+
+/// The kind of transaction to open.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Begin {
+    /// A read transaction: one consistent snapshot.
+    Read,
+    /// A write transaction, serialised with every other write to the
+    /// database (SQLite: `BEGIN IMMEDIATE`; PostgreSQL: an advisory lock).
+    Write,
+}
+
+/// For `INSERT ... RETURNING` that returned nothing, which never happens.
+pub(super) fn no_row() -> Error {
+    misuse("INSERT ... RETURNING gave no row")
+}
+
+/// A statement the store got wrong (a bug, not the database's failure).
+pub(super) fn misuse(message: impl Into<String>) -> Error {
+    Error::Misuse(message.into())
+}
+
+/// A connection the store owns.
+pub(super) enum Conn {
+    Sqlite(sqlite::Conn),
+    Postgres(postgres::Conn),
+}
+
+impl Conn {
+    /// The connection for direct use; statements run synchronously on the
+    /// caller's thread.
+    pub fn lock(&mut self) -> Db<'_> {
+        match self {
+            Conn::Sqlite(conn) => Db::Sqlite(conn.lock()),
+            Conn::Postgres(conn) => Db::Postgres(conn),
+        }
+    }
+}
+
+/// A locked connection.
+pub(super) enum Db<'c> {
+    Sqlite(sqlite::Db<'c>),
+    Postgres(&'c mut postgres::Conn),
+}
+
+impl<'c> Db<'c> {
+    pub fn dialect(&self) -> Dialect {
+        match self {
+            Db::Sqlite(_) => Dialect::Sqlite,
+            Db::Postgres(_) => Dialect::Postgres,
+        }
+    }
+
+    /// Runs a statement that returns no rows; returns the rows it changed.
+    pub fn execute(&mut self, sql: &str, params: &[Param<'_>]) -> Result<usize, Error> {
+        match self {
+            Db::Sqlite(db) => db.execute(sql, params),
+            Db::Postgres(db) => db.execute(sql, params),
+        }
+    }
+
+    /// Runs a query and maps every row, in order.
+    pub fn query<T>(
+        &mut self,
+        sql: &str,
+        params: &[Param<'_>],
+        mut each: impl FnMut(&Row<'_>) -> Result<T, Error>,
+    ) -> Result<Vec<T>, Error> {
+        match self {
+            Db::Sqlite(db) => db.query(sql, params, |row| each(&Row::Sqlite(*row))),
+            Db::Postgres(db) => db
+                .query(sql, params)?
+                .iter()
+                .map(|row| each(&Row::Postgres(row)))
+                .collect(),
+        }
+    }
+
+    /// The first row of a query, if any.
+    pub fn query_row<T>(
+        &mut self,
+        sql: &str,
+        params: &[Param<'_>],
+        each: impl FnOnce(&Row<'_>) -> Result<T, Error>,
+    ) -> Result<Option<T>, Error> {
+        match self {
+            Db::Sqlite(db) => db.query_row(sql, params, |row| each(&Row::Sqlite(*row))),
+            Db::Postgres(db) => match db.query(sql, params)?.first() {
+                Some(row) => each(&Row::Postgres(row)).map(Some),
+                None => Ok(None),
+            },
+        }
+    }
+
+    /// Runs `body` in a transaction: committed if it returns Ok, rolled back
+    /// otherwise. A failed COMMIT is rolled back too, so an error never leaves
+    /// a half-done write. Opening a transaction inside another is refused.
+    pub fn transaction<T>(
+        &mut self,
+        begin: Begin,
+        body: impl FnOnce(&mut Db<'c>) -> Result<T, Error>,
+    ) -> Result<T, Error> {
+        if self.in_transaction() {
+            return Err(Error::NestedTransaction);
+        }
+        let opened = match self {
+            Db::Sqlite(db) => db
+                .execute(
+                    match begin {
+                        Begin::Read => "BEGIN",
+                        Begin::Write => "BEGIN IMMEDIATE",
+                    },
+                    &[],
+                )
+                .map(|_| ()),
+            Db::Postgres(db) => db.begin(begin),
+        };
+        if let Err(error) = opened {
+            self.rollback_if_open();
+            return Err(error);
+        }
+        let result = body(self).and_then(|value| {
+            self.execute("COMMIT", &[])?;
+            Ok(value)
+        });
+        if result.is_err() {
+            self.rollback_if_open();
+        }
+        result
+    }
+
+    fn in_transaction(&self) -> bool {
+        match self {
+            Db::Sqlite(db) => !db.autocommit(),
+            Db::Postgres(db) => db.in_transaction(),
+        }
+    }
+
+    /// Ends a transaction left open (by an error, or by a panic unwinding
+    /// through `transaction`), so the connection never carries one into its
+    /// next use.
+    fn rollback_if_open(&mut self) {
+        if self.in_transaction() {
+            if let Err(error) = self.execute("ROLLBACK", &[]) {
+                tracing::error!(%error, "ROLLBACK failed");
+            }
+        }
+    }
+}
+
+impl Drop for Db<'_> {
+    fn drop(&mut self) {
+        self.rollback_if_open();
+    }
+}
+
+/// One column of a row.
+pub(super) enum Value<'a> {
+    Null,
+    Integer(i64),
+    Text(&'a str),
+}
+
+/// A row of a query's result.
+pub(super) enum Row<'s> {
+    Sqlite(sqlite::Row<'s>),
+    Postgres(&'s [postgres::Value]),
+}
+
+impl Row<'_> {
+    fn value(&self, index: usize) -> Result<Value<'_>, Error> {
+        match self {
+            Row::Sqlite(row) => row.value(index),
+            Row::Postgres(row) => match row.get(index) {
+                Some(postgres::Value::Null) => Ok(Value::Null),
+                Some(postgres::Value::Integer(n)) => Ok(Value::Integer(*n)),
+                Some(postgres::Value::Text(text)) => Ok(Value::Text(text)),
+                None => Err(misuse(format!("no column {index}"))),
+            },
+        }
+    }
+
+    pub fn int(&self, index: usize) -> Result<i64, Error> {
+        match self.value(index)? {
+            Value::Integer(n) => Ok(n),
+            _ => Err(Error::Corrupt(format!("column {index} is not an integer"))),
+        }
+    }
+
+    pub fn opt_int(&self, index: usize) -> Result<Option<i64>, Error> {
+        match self.value(index)? {
+            Value::Null => Ok(None),
+            Value::Integer(n) => Ok(Some(n)),
+            Value::Text(_) => Err(Error::Corrupt(format!("column {index} is not an integer"))),
+        }
+    }
+
+    pub fn text(&self, index: usize) -> Result<&str, Error> {
+        match self.value(index)? {
+            Value::Text(t) => Ok(t),
+            _ => Err(Error::Corrupt(format!("column {index} is not text"))),
+        }
+    }
+
+    pub fn opt_text(&self, index: usize) -> Result<Option<&str>, Error> {
+        match self.value(index)? {
+            Value::Null => Ok(None),
+            Value::Text(t) => Ok(Some(t)),
+            Value::Integer(_) => Err(Error::Corrupt(format!("column {index} is not text"))),
+        }
+    }
+
+    /// A text column parsed into a domain value (status, priority, kind).
+    pub fn parsed<T: std::str::FromStr>(&self, index: usize, what: &str) -> Result<T, Error> {
+        let text = self.text(index)?;
+        text.parse()
+            .map_err(|_| Error::Corrupt(format!("unknown {what} {text:?} in the database")))
+    }
+}
