@@ -197,12 +197,29 @@ struct Inner {
     /// PostgreSQL: the connection whose session holds the daemon's lock on
     /// the database (SQLite's is the state directory's `flock`).
     holder: std::sync::Mutex<Option<postgres::Conn>>,
+    /// Set by `close`: the commit follower (PostgreSQL) stops.
+    closed: std::sync::atomic::AtomicBool,
     writer: Mutex<Option<Conn>>,
     writer_watch: writer_watch::WriterWatch,
     readers: Readers,
     committed_seq: watch::Sender<i64>,
     /// How long each write took, waiting for the writer included.
     write_seconds: prometheus_client::metrics::histogram::Histogram,
+}
+
+impl Inner {
+    /// Makes `seq` the newest committed event, if it is newer.
+    fn publish(&self, seq: Option<i64>) {
+        if let Some(seq) = seq {
+            self.committed_seq.send_if_modified(|current| {
+                let newer = seq > *current;
+                if newer {
+                    *current = seq;
+                }
+                newer
+            });
+        }
+    }
 }
 
 #[derive(Clone)]
@@ -260,26 +277,52 @@ impl Store {
 
     /// [`Store::connect`] with options already parsed.
     pub async fn connect_with(options: PgConnectOptions) -> Result<Store, Error> {
-        let mut migrating = sqlx::PgConnection::connect_with(&options).await?;
-        create_named_schema(&mut migrating).await?;
-        POSTGRES_MIGRATOR.run(&mut migrating).await?;
-        sqlx::Connection::close(migrating).await?;
+        let store = Store::connect_shared_with(options.clone()).await?;
         // Connecting blocks this thread (a round trip to the connection's own).
         let mut holder = postgres::Conn::open(&options)?;
         if !holder.take_daemon_lock()? {
+            store.close().await;
             return Err(Error::InUse(
                 "another todod is serving this database (schema); one daemon per database \
                  until several daemons share one graph"
                     .into(),
             ));
         }
+        *store.inner.holder.lock().unwrap_or_else(|p| p.into_inner()) = Some(holder);
+        Ok(store)
+    }
+
+    /// A store on a database that other stores (processes) may serve at the
+    /// same time: [`Store::connect`] without the claim to be the only one.
+    /// Writes through all of them are serialised; each one's watchers hear
+    /// of the others' commits.
+    pub async fn connect_shared(url: &str) -> Result<Store, Error> {
+        Store::connect_shared_with(PgConnectOptions::from_str(url)?).await
+    }
+
+    async fn connect_shared_with(options: PgConnectOptions) -> Result<Store, Error> {
+        let mut migrating = sqlx::PgConnection::connect_with(&options).await?;
+        create_named_schema(&mut migrating).await?;
+        POSTGRES_MIGRATOR.run(&mut migrating).await?;
+        sqlx::Connection::close(migrating).await?;
         let writer = Conn::Postgres(postgres::Conn::open(&options)?);
         let mut idle = Vec::with_capacity(READERS);
         for _ in 0..READERS {
             idle.push(Conn::Postgres(postgres::Conn::open(&options)?));
         }
         let store = Store::over(None, writer, idle)?;
-        *store.inner.holder.lock().unwrap_or_else(|p| p.into_inner()) = Some(holder);
+        // Commits made through other stores wake this one's watchers too.
+        let inner = Arc::downgrade(&store.inner);
+        tokio::spawn(postgres::follow_commits(options, move |seq| {
+            let Some(inner) = inner.upgrade() else {
+                return false;
+            };
+            if inner.closed.load(std::sync::atomic::Ordering::Relaxed) {
+                return false;
+            }
+            inner.publish(Some(seq));
+            true
+        }));
         Ok(store)
     }
 
@@ -334,6 +377,7 @@ impl Store {
             inner: Arc::new(Inner {
                 path,
                 holder: Default::default(),
+                closed: Default::default(),
                 writer: Mutex::new(Some(writer)),
                 writer_watch: Default::default(),
                 readers: Readers {
@@ -376,15 +420,7 @@ impl Store {
     }
 
     fn published(&self, seq: Option<i64>) {
-        if let Some(seq) = seq {
-            self.inner.committed_seq.send_if_modified(|current| {
-                let newer = seq > *current;
-                if newer {
-                    *current = seq;
-                }
-                newer
-            });
-        }
+        self.inner.publish(seq);
     }
 
     /// Runs `body` in one read transaction (one consistent snapshot) on a
@@ -430,7 +466,13 @@ impl Store {
                 .map_err(|_| Error::Overloaded(ACQUIRE_TIMEOUT))?;
             let _holding = waiting.acquired(caller);
             let conn = writer.as_mut().ok_or(Error::Closed)?;
-            let (value, seq) = conn.lock().transaction(Begin::Write, body)?;
+            let (value, seq) = conn.lock().transaction(Begin::Write, |db| {
+                let (value, seq) = body(db)?;
+                if let Some(seq) = seq {
+                    db.announce(seq)?;
+                }
+                Ok((value, seq))
+            })?;
             drop(writer);
             self.inner
                 .write_seconds
@@ -469,6 +511,9 @@ impl Store {
     /// Closes every connection after a last checkpoint that empties the WAL.
     /// Calls after this fail with [`Error::Closed`].
     pub async fn close(&self) {
+        self.inner
+            .closed
+            .store(true, std::sync::atomic::Ordering::Relaxed);
         let readers = &self.inner.readers;
         readers.permits.close();
         // Dropping a connection closes it.
@@ -508,6 +553,36 @@ pub fn now_ms() -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Two stores on one PostgreSQL database (two daemons' worth): a commit
+    /// through one wakes the other's watchers, which is what WatchPlan and
+    /// the phase runtime wait on. (SQLite: one daemon per database.)
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_commit_through_another_store_wakes_this_ones_watchers() {
+        let dir = tempfile::tempdir().unwrap();
+        let Some(url) = Store::test_database_url(dir.path()) else {
+            return; // no PostgreSQL server for this run
+        };
+        let first = Store::connect(&url).await.unwrap();
+        let second = Store::connect_shared(&url).await.unwrap();
+        let mut heard = second.subscribe();
+        let ctx = WriteContext::default();
+        for name in ["p1", "p2", "p3"] {
+            first.create_plan(name, "", &ctx).await.unwrap();
+            let written = *first.subscribe().borrow();
+            tokio::time::timeout(
+                Duration::from_secs(30),
+                heard.wait_for(|seq| *seq >= written),
+            )
+            .await
+            .expect("the other store never heard of the commit")
+            .unwrap();
+        }
+        let plans = second.list_plans(false).await.unwrap();
+        assert_eq!(plans.len(), 3);
+        first.close().await;
+        second.close().await;
+    }
 
     /// Many callers sharing the readers while writes commit: every read is
     /// answered and every reader connection comes back to the pool. (On

@@ -33,6 +33,77 @@ const WRITE_LOCK: &str = "pg_advisory_xact_lock(1953457263, hashtext(current_sch
 /// A daemon's session holds this one while it serves the database.
 const DAEMON_LOCK: &str = "pg_try_advisory_lock(1953457264, hashtext(current_schema()))";
 
+/// Announces a commit's newest event to the schema's listeners, in the
+/// write's transaction (PostgreSQL delivers it at commit, never before).
+pub(super) const ANNOUNCE: &str = "SELECT pg_notify('todod_' || current_schema(), CAST(? AS TEXT))";
+
+/// How often a follower also reads the newest event, for announcements lost
+/// while its listening connection was down.
+const POLL_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Follows the commits made through any store on this schema, this
+/// process's or another's: `seen(seq)` with the newest event sequence of
+/// each announcement, and of a poll every second (the fallback when an
+/// announcement was missed). Ends when `seen` returns false.
+pub(super) async fn follow_commits(options: PgConnectOptions, mut seen: impl FnMut(i64) -> bool) {
+    loop {
+        match listen(&options).await {
+            Ok(mut listener) => {
+                let mut poll = tokio::time::interval(POLL_EVERY);
+                loop {
+                    let seq = tokio::select! {
+                        heard = listener.recv() => match heard {
+                            Ok(notification) => notification.payload().parse().ok(),
+                            Err(error) => {
+                                tracing::warn!(%error, "lost the commit announcements; listening again");
+                                break;
+                            }
+                        },
+                        _ = poll.tick() => {
+                            let newest = sqlx::query_scalar::<_, Option<i64>>("SELECT MAX(seq) FROM events")
+                                .fetch_one(&mut listener)
+                                .await;
+                            match newest {
+                                Ok(seq) => seq,
+                                Err(error) => {
+                                    tracing::warn!(%error, "cannot read the newest event; listening again");
+                                    break;
+                                }
+                            }
+                        }
+                    };
+                    if let Some(seq) = seq {
+                        if !seen(seq) {
+                            return;
+                        }
+                    } else if !seen(0) {
+                        return;
+                    }
+                }
+            }
+            Err(error) => {
+                tracing::warn!(%error, "cannot listen for commit announcements; trying again");
+                if !seen(0) {
+                    return;
+                }
+            }
+        }
+        tokio::time::sleep(POLL_EVERY).await;
+    }
+}
+
+async fn listen(options: &PgConnectOptions) -> Result<sqlx::postgres::PgListener, sqlx::Error> {
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(1)
+        .connect_lazy_with(options.clone());
+    let mut listener = sqlx::postgres::PgListener::connect_with(&pool).await?;
+    let schema: String = sqlx::query_scalar("SELECT current_schema()")
+        .fetch_one(&mut listener)
+        .await?;
+    listener.listen(&format!("todod_{schema}")).await?;
+    Ok(listener)
+}
+
 /// One column of a row, as the store reads it: booleans come as 0 and 1.
 #[derive(Debug)]
 pub(super) enum Value {

@@ -197,6 +197,15 @@ impl<'c> Db<'c> {
         }
     }
 
+    /// Tells the other processes on this database, at commit, that events up
+    /// to `seq` are committed (PostgreSQL; on SQLite the daemon is alone).
+    pub fn announce(&mut self, seq: i64) -> Result<(), Error> {
+        match self {
+            Db::Sqlite(_) => Ok(()),
+            Db::Postgres(db) => db.query(postgres::ANNOUNCE, &[seq.into()]).map(|_| ()),
+        }
+    }
+
     /// Runs a statement that returns no rows; returns the rows it changed.
     pub fn execute(&mut self, sql: &str, params: &[Param<'_>]) -> Result<usize, Error> {
         match self {
