@@ -151,3 +151,53 @@ fn try_start(state_dir: &std::path::Path, database: &str) -> Result<RealDaemon, 
         token,
     })
 }
+
+/// Leases on a database daemons share: a task another daemon's run holds is
+/// not taken while that run renews its lease; a clean stop hands it back at
+/// once; the taker records the takeover, and the run that lost the task can
+/// commit nothing more (the fence).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_live_lease_is_not_taken_and_a_released_one_is_taken_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(url) = Store::test_database_url(dir.path()) else {
+        eprintln!("no PostgreSQL server (TODOD_TEST_DATABASE_URL): not run");
+        return;
+    };
+    let first = Store::connect_shared(&url).await.unwrap();
+    let second = Store::connect_shared(&url).await.unwrap();
+    let ctx = todod::store::WriteContext::default();
+    first.create_plan("p", "", &ctx).await.unwrap();
+    let kind = todod::domain::Kind::named("tokenization");
+    let task = todod_e2e::abandoned_phase(&first, "p", kind, "{}", "run-a.1").await;
+
+    assert!(!second.take_lease(task, "run-b.1").await.unwrap());
+    assert_eq!(first.renew_leases("run-a").await.unwrap(), 1);
+    assert!(!second.take_lease(task, "run-b.2").await.unwrap());
+    // A run of the same daemon takes its own daemon's task (a retry).
+    assert!(first.take_lease(task, "run-a.2").await.unwrap());
+
+    assert_eq!(first.release_leases("run-a").await.unwrap(), 1);
+    assert!(second.take_lease(task, "run-b.3").await.unwrap());
+    let events = second
+        .list_events(&todod::store::EventFilter {
+            plan: "p".into(),
+            task: Some(task),
+            after_seq: 0,
+            limit: 1000,
+        })
+        .await
+        .unwrap();
+    let resumed: Vec<_> = events.iter().filter(|e| e.kind == "resumed").collect();
+    assert_eq!(resumed.len(), 1, "{resumed:?}");
+    assert!(
+        resumed[0].reason.contains("stopped renewing its lease"),
+        "{resumed:?}"
+    );
+    let refused = first.report_progress(task, "run-a.2", "{}").await;
+    assert!(
+        matches!(refused, Err(todod::store::Error::Fenced { .. })),
+        "{refused:?}"
+    );
+    // And the lease moved with the task: the first daemon cannot take it back.
+    assert!(!first.take_lease(task, "run-a.3").await.unwrap());
+}

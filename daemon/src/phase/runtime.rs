@@ -31,6 +31,9 @@ const TICK: Duration = Duration::from_secs(1);
 /// a read beside each write.
 const LOOK_AFTER: Duration = Duration::from_millis(10);
 const LONGEST_BACKOFF: Duration = Duration::from_secs(60);
+/// How often the leases of running runs are renewed: a third of their term,
+/// so that two renewals may fail before one expires.
+const RENEW_EVERY: Duration = Duration::from_millis(crate::store::LEASE_MS as u64 / 3);
 
 /// A unique id for this daemon run.
 pub fn new_run_id() -> String {
@@ -80,7 +83,16 @@ pub async fn run(store: Store, settings: Settings, mut shutdown: watch::Receiver
     let mut committed = store.subscribe();
     let mut running: HashMap<TaskId, Running> = HashMap::new();
     let mut active: JoinSet<TaskId> = JoinSet::new();
+    let mut renewed = tokio::time::Instant::now();
     loop {
+        // The leases of this daemon's runs, renewed well before they end
+        // (on a database several daemons share, an expired one is taken).
+        if !running.is_empty() && renewed.elapsed() >= RENEW_EVERY {
+            match store.renew_leases(&settings.run_id).await {
+                Ok(_) => renewed = tokio::time::Instant::now(),
+                Err(error) => tracing::warn!(%error, "cannot renew the runs' leases"),
+            }
+        }
         // Stopping: start nothing more; the select below stops the runs.
         let tasks = if *shutdown.borrow() {
             Ok(Vec::new())
@@ -162,6 +174,11 @@ pub async fn run(store: Store, settings: Settings, mut shutdown: watch::Receiver
                     let _ = run.stop.send(true);
                 }
                 while active.join_next().await.is_some() {}
+                // Stopped at their last checkpoints: handed back at once,
+                // not when the leases would have expired.
+                if let Err(error) = store.release_leases(&settings.run_id).await {
+                    tracing::warn!(%error, "cannot hand the runs' leases back");
+                }
                 return;
             }
         }

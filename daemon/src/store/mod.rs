@@ -39,7 +39,7 @@ use sql::{Begin, Conn, Db};
 
 pub use checkpoints::DAEMON_ACTOR;
 pub use page::{NotableEvent, ProgressPoint, NOTABLE};
-pub use phases::PhaseTask;
+pub use phases::{PhaseTask, LEASE_MS};
 pub use pipeline::{AppliedPipeline, AppliedStep, PlannedStep, StepAction};
 pub use read::{EventFilter, TaskFilter};
 pub use request_ids::{Answer, Once, RequestKey, KEEP_MS as REQUEST_ID_KEEP_MS};
@@ -199,6 +199,8 @@ struct Inner {
     holder: std::sync::Mutex<Option<postgres::Conn>>,
     /// Set by `close`: the commit follower (PostgreSQL) stops.
     closed: std::sync::atomic::AtomicBool,
+    /// Other stores (daemons) may serve the database at the same time.
+    shared: bool,
     writer: Mutex<Option<Conn>>,
     writer_watch: writer_watch::WriterWatch,
     readers: Readers,
@@ -265,7 +267,7 @@ impl Store {
         for _ in 0..READERS {
             idle.push(Conn::Sqlite(sqlite::Conn::open(&reader)?));
         }
-        Store::over(Some(path.to_path_buf()), writer, idle)
+        Store::over(Some(path.to_path_buf()), writer, idle, false)
     }
 
     /// Connects to the PostgreSQL database `url` names (`postgres://...`)
@@ -277,7 +279,7 @@ impl Store {
 
     /// [`Store::connect`] with options already parsed.
     pub async fn connect_with(options: PgConnectOptions) -> Result<Store, Error> {
-        let store = Store::connect_shared_with(options.clone()).await?;
+        let store = Store::connect_postgres(options.clone(), false).await?;
         // Connecting blocks this thread (a round trip to the connection's own).
         let mut holder = postgres::Conn::open(&options)?;
         if !holder.take_daemon_lock()? {
@@ -297,10 +299,12 @@ impl Store {
     /// Writes through all of them are serialised; each one's watchers hear
     /// of the others' commits.
     pub async fn connect_shared(url: &str) -> Result<Store, Error> {
-        Store::connect_shared_with(PgConnectOptions::from_str(url)?).await
+        Store::connect_postgres(PgConnectOptions::from_str(url)?, true).await
     }
 
-    async fn connect_shared_with(options: PgConnectOptions) -> Result<Store, Error> {
+    /// `shared`: other stores may serve the database at the same time, so
+    /// leases held by other daemon runs are judged by their expiry.
+    async fn connect_postgres(options: PgConnectOptions, shared: bool) -> Result<Store, Error> {
         let mut migrating = sqlx::PgConnection::connect_with(&options).await?;
         create_named_schema(&mut migrating).await?;
         POSTGRES_MIGRATOR.run(&mut migrating).await?;
@@ -310,7 +314,7 @@ impl Store {
         for _ in 0..READERS {
             idle.push(Conn::Postgres(postgres::Conn::open(&options)?));
         }
-        let store = Store::over(None, writer, idle)?;
+        let store = Store::over(None, writer, idle, shared)?;
         // Commits made through other stores wake this one's watchers too.
         let inner = Arc::downgrade(&store.inner);
         tokio::spawn(postgres::follow_commits(options, move |seq| {
@@ -364,6 +368,7 @@ impl Store {
         path: Option<std::path::PathBuf>,
         mut writer: Conn,
         idle: Vec<Conn>,
+        shared: bool,
     ) -> Result<Store, Error> {
         let last = {
             let mut db = writer.lock();
@@ -378,6 +383,7 @@ impl Store {
                 path,
                 holder: Default::default(),
                 closed: Default::default(),
+                shared,
                 writer: Mutex::new(Some(writer)),
                 writer_watch: Default::default(),
                 readers: Readers {

@@ -5,7 +5,7 @@
 //! while a generation runs.
 use super::checkpoints::{check_fence, record, save_progress, save_state, DAEMON_ACTOR};
 use super::persist;
-use super::sql::{Db, Param};
+use super::sql::{Db, Dialect, Param};
 use super::{now_ms, Error, Store, TaskView, WriteContext};
 use crate::domain::{self, Change, Kind, Status, TaskId};
 
@@ -29,27 +29,70 @@ fn run_of(attempt: &str) -> &str {
     attempt.rsplit_once('.').map_or(attempt, |(run, _)| run)
 }
 
-fn take_lease(db: &mut Db, id: TaskId, attempt: &str) -> Result<(bool, Option<i64>), Error> {
+/// How long a lease lasts unless its run renews it (the runtime does, every
+/// `LEASE_MS / 3`). Only a shared database judges it: alone on a database, a
+/// daemon knows that a holder of another run is dead.
+pub const LEASE_MS: i64 = 30_000;
+
+fn take_lease(
+    db: &mut Db,
+    id: TaskId,
+    attempt: &str,
+    shared: bool,
+) -> Result<(bool, Option<i64>), Error> {
     let previous = db.query_row(
-        "SELECT lease_owner FROM tasks WHERE id = ? AND status = 'in_progress'",
+        "SELECT t.lease_owner, l.expires_at FROM tasks t \
+         LEFT JOIN phase_leases l ON l.task_id = t.id WHERE t.id = ? AND t.status = 'in_progress'",
         &[id.0.into()],
-        |row| Ok(row.opt_text(0)?.map(str::to_string)),
+        |row| Ok((row.opt_text(0)?.map(str::to_string), row.opt_int(1)?)),
     )?;
-    let Some(previous) = previous else {
+    let Some((previous, expires)) = previous else {
         return Ok((false, None));
     };
+    let now = database_now(db)?;
+    let another_run = previous
+        .as_deref()
+        .is_some_and(|p| run_of(p) != run_of(attempt));
+    // Another daemon's run that renews its lease is alive: not ours to take.
+    if shared && another_run && expires.is_none_or(|at| at > now) {
+        return Ok((false, None));
+    }
     db.execute(
         "UPDATE tasks SET lease_owner = ? WHERE id = ?",
         &[attempt.into(), id.0.into()],
     )?;
-    let seq = match previous {
-        Some(previous) if run_of(&previous) != run_of(attempt) => {
-            let reason = "the daemon restarted; the run goes on from its last checkpoint";
-            Some(record(db, id, "resumed", Some(attempt), reason)?)
-        }
-        _ => None,
+    db.execute(
+        "INSERT INTO phase_leases (task_id, expires_at) VALUES (?, ?) \
+         ON CONFLICT (task_id) DO UPDATE SET expires_at = excluded.expires_at",
+        &[id.0.into(), (now + LEASE_MS).into()],
+    )?;
+    let seq = if another_run {
+        let reason = if shared {
+            "the daemon that ran it stopped renewing its lease; the run goes on from its last \
+             checkpoint"
+        } else {
+            "the daemon restarted; the run goes on from its last checkpoint"
+        };
+        Some(record(db, id, "resumed", Some(attempt), reason)?)
+    } else {
+        None
     };
     Ok((true, seq))
+}
+
+/// Now, in milliseconds, on the database's clock when it has one of its own
+/// (PostgreSQL, shared by every daemon on it), else on this machine's.
+fn database_now(db: &mut Db) -> Result<i64, Error> {
+    match db.dialect() {
+        Dialect::Sqlite => Ok(now_ms()),
+        Dialect::Postgres => db
+            .query_row(
+                "SELECT CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT)",
+                &[],
+                |row| row.int(0),
+            )?
+            .ok_or_else(super::sql::no_row),
+    }
 }
 
 /// Live phase tasks that are in progress or pending. The runtime asks after
@@ -86,8 +129,53 @@ impl Store {
     /// runtime calls this only once the previous attempt has ended). Records
     /// `resumed` when the previous holder was another daemon run. Returns
     /// false if the task is no longer in progress.
+    ///
+    /// On a database other daemons share, a task another daemon's run holds
+    /// is taken only once that run's lease has expired (judged on the
+    /// database's clock): false until then.
     pub async fn take_lease(&self, id: TaskId, attempt: &str) -> Result<bool, Error> {
-        self.write(|db| take_lease(db, id, attempt)).await
+        let shared = self.inner.shared;
+        self.write(move |db| take_lease(db, id, attempt, shared))
+            .await
+    }
+
+    /// Renews the leases of the tasks the runs of daemon run `run` hold, for
+    /// another [`LEASE_MS`]; returns how many. (It walks the leases, one row
+    /// per phase task, not the tasks.)
+    pub async fn renew_leases(&self, run: &str) -> Result<usize, Error> {
+        let prefix = format!("{run}.");
+        self.write(move |db| {
+            let now = database_now(db)?;
+            let renewed = db.execute(
+                "UPDATE phase_leases SET expires_at = ? WHERE task_id IN (SELECT l.task_id \
+                 FROM phase_leases l JOIN tasks t ON t.id = l.task_id \
+                 WHERE t.status = 'in_progress' AND substr(t.lease_owner, 1, ?) = ?)",
+                &[
+                    (now + LEASE_MS).into(),
+                    (prefix.len() as i64).into(),
+                    prefix.as_str().into(),
+                ],
+            )?;
+            Ok((renewed, None))
+        })
+        .await
+    }
+
+    /// Ends the leases of daemon run `run` at once (it is stopping cleanly,
+    /// its runs stopped at their last checkpoint): another daemon may take
+    /// the tasks over without waiting for them to expire.
+    pub async fn release_leases(&self, run: &str) -> Result<usize, Error> {
+        let prefix = format!("{run}.");
+        self.write(move |db| {
+            let released = db.execute(
+                "UPDATE phase_leases SET expires_at = 0 WHERE task_id IN (SELECT l.task_id \
+                 FROM phase_leases l JOIN tasks t ON t.id = l.task_id \
+                 WHERE t.status = 'in_progress' AND substr(t.lease_owner, 1, ?) = ?)",
+                &[(prefix.len() as i64).into(), prefix.as_str().into()],
+            )?;
+            Ok((released, None))
+        })
+        .await
     }
 
     /// Moves a ready pending phase task to in_progress for `attempt`, in one
@@ -101,7 +189,7 @@ impl Store {
         };
         self.write(|db| {
             let (task, seq) = super::write::transition(db, id, Status::InProgress, &ctx)?;
-            let (_, resumed) = take_lease(db, id, attempt)?;
+            let (_, resumed) = take_lease(db, id, attempt, false)?;
             Ok((task, resumed.or(seq)))
         })
         .await
