@@ -201,3 +201,80 @@ async fn a_live_lease_is_not_taken_and_a_released_one_is_taken_at_once() {
     // And the lease moved with the task: the first daemon cannot take it back.
     assert!(!first.take_lease(task, "run-a.3").await.unwrap());
 }
+
+/// A write whose wait for the store's write lock is cancelled (a
+/// statement_timeout, an operator's pg_cancel_backend) fails as busy, and the
+/// writer serves the next write: the failed transaction it was left in is
+/// rolled back, not carried into every write after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_cancelled_while_waiting_for_the_lock_leaves_the_writer_usable() {
+    use sqlx::Connection;
+    let dir = tempfile::tempdir().unwrap();
+    let Some(url) = Store::test_database_url(dir.path()) else {
+        eprintln!("no PostgreSQL server (TODOD_TEST_DATABASE_URL): not run");
+        return;
+    };
+    let store = Store::connect(&url).await.unwrap();
+    let ctx = todod::store::WriteContext::default();
+    store.create_plan("before", "", &ctx).await.unwrap();
+
+    // Another session holds the write lock, as a write in progress would.
+    let mut holder = sqlx::PgConnection::connect(&url).await.unwrap();
+    sqlx::raw_sql("BEGIN; SELECT pg_advisory_xact_lock(1953457263, hashtext(current_schema()))")
+        .execute(&mut holder)
+        .await
+        .unwrap();
+    let waiting = tokio::spawn({
+        let store = store.clone();
+        let ctx = ctx.clone();
+        async move { store.create_plan("cancelled", "", &ctx).await }
+    });
+    // The store's writer, once it waits for this schema's write lock: cancel
+    // that wait. (Seen from a session of its own, outside the holder's
+    // transaction.)
+    let mut watcher = sqlx::PgConnection::connect(&url).await.unwrap();
+    let cancelled = loop {
+        let cancelled: Vec<bool> = sqlx::query_scalar(
+            "SELECT pg_cancel_backend(pid) FROM pg_locks WHERE locktype = 'advisory' \
+             AND NOT granted AND classid = 1953457263 \
+             AND objid = CAST(hashtext(current_schema()) AS oid) AND objsubid = 2",
+        )
+        .fetch_all(&mut watcher)
+        .await
+        .unwrap();
+        if !cancelled.is_empty() {
+            break cancelled;
+        }
+        assert!(
+            !waiting.is_finished(),
+            "the write did not wait for the lock"
+        );
+        tokio::task::yield_now().await;
+    };
+    assert_eq!(cancelled, [true]);
+    let refused = waiting.await.unwrap();
+    assert!(
+        matches!(
+            refused,
+            Err(todod::store::Error::Postgres {
+                failure: todod::store::Failure::Busy,
+                ..
+            })
+        ),
+        "{refused:?}"
+    );
+    sqlx::raw_sql("ROLLBACK")
+        .execute(&mut holder)
+        .await
+        .unwrap();
+
+    store.create_plan("after", "", &ctx).await.unwrap();
+    let names: Vec<String> = store
+        .list_plans(false)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|p| p.name)
+        .collect();
+    assert_eq!(names, ["after", "before"]);
+}

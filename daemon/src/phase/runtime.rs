@@ -145,8 +145,9 @@ pub async fn run(store: Store, settings: Settings, mut shutdown: watch::Receiver
                         }
                         Ok(false) => {}
                         // Another change won the race (the task was cancelled
-                        // or a dependency reopened): nothing to start.
-                        Err(StoreError::Rule(_)) => {}
+                        // or a dependency reopened, or another daemon on a
+                        // shared database started it): nothing to start.
+                        Err(StoreError::Rule(_) | StoreError::Fenced { .. }) => {}
                         Err(error) => tracing::warn!(task = %task.id, %error, "cannot start phase"),
                     }
                 }

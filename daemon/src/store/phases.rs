@@ -179,7 +179,8 @@ impl Store {
     }
 
     /// Moves a ready pending phase task to in_progress for `attempt`, in one
-    /// transaction.
+    /// transaction. [`Error::Fenced`], with nothing written, if on a shared
+    /// database another daemon's run holds it.
     pub async fn start_phase(&self, id: TaskId, attempt: &str) -> Result<TaskView, Error> {
         let ctx = WriteContext {
             actor: DAEMON_ACTOR.into(),
@@ -187,9 +188,18 @@ impl Store {
             expected_revision: None,
             request: None,
         };
+        let shared = self.inner.shared;
         self.write(|db| {
             let (task, seq) = super::write::transition(db, id, Status::InProgress, &ctx)?;
-            let (_, resumed) = take_lease(db, id, attempt, false)?;
+            // On a shared database another daemon may have started it
+            // first and hold it: then nothing here is written.
+            let (taken, resumed) = take_lease(db, id, attempt, shared)?;
+            if !taken {
+                return Err(Error::Fenced {
+                    task: id,
+                    attempt: attempt.to_string(),
+                });
+            }
             Ok((task, resumed.or(seq)))
         })
         .await

@@ -72,11 +72,9 @@ pub(super) async fn follow_commits(options: PgConnectOptions, mut seen: impl FnM
                             }
                         }
                     };
-                    if let Some(seq) = seq {
-                        if !seen(seq) {
-                            return;
-                        }
-                    } else if !seen(0) {
+                    // 0 (no event yet, or a payload not understood) is never
+                    // news; the call still asks whether the store is alive.
+                    if !seen(seq.unwrap_or(0)) {
                         return;
                     }
                 }
@@ -194,9 +192,20 @@ impl Conn {
             Begin::Read => "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY".to_string(),
             Begin::Write => format!("BEGIN; SELECT {WRITE_LOCK}"),
         };
-        self.call(Work::Simple(sql))?;
+        // Open before it is sent: if BEGIN went through and the lock did
+        // not, the server is inside a failed transaction, which only the
+        // caller's ROLLBACK (sent for an open one) ends.
         self.in_transaction = true;
-        Ok(())
+        self.call(Work::Simple(sql)).map(|_| ())
+    }
+
+    /// `COMMIT` or `ROLLBACK`. Afterwards no transaction is open, failed or
+    /// not: a failed COMMIT rolls back, and a lost connection took the
+    /// transaction along.
+    pub fn end(&mut self, word: &'static str) -> Result<(), Error> {
+        let result = self.call(Work::Simple(word.to_string()));
+        self.in_transaction = false;
+        result.map(|_| ())
     }
 
     /// Takes the daemon's lock on the database for this connection's
@@ -210,14 +219,6 @@ impl Conn {
     }
 
     pub fn execute(&mut self, sql: &str, params: &[Param<'_>]) -> Result<usize, Error> {
-        let ends = matches!(sql.trim(), "COMMIT" | "ROLLBACK");
-        if ends || sql.trim() == "BEGIN" {
-            let result = self.call(Work::Simple(sql.trim().to_string()));
-            // After COMMIT or ROLLBACK, failed or not, no transaction is open
-            // (a failed COMMIT rolls back; a lost connection took it along).
-            self.in_transaction = !ends;
-            return result.map(|_| 0);
-        }
         match self.call(statement(sql, params, false))? {
             Reply::Changed(n) => Ok(n),
             Reply::Rows(_) => Ok(0),

@@ -275,13 +275,22 @@ impl<'c> Db<'c> {
             return Err(error);
         }
         let result = body(self).and_then(|value| {
-            self.execute("COMMIT", &[])?;
+            self.end("COMMIT")?;
             Ok(value)
         });
         if result.is_err() {
             self.rollback_if_open();
         }
         result
+    }
+
+    /// `COMMIT` or `ROLLBACK`: afterwards no transaction is open, whether
+    /// it succeeded or not.
+    fn end(&mut self, word: &'static str) -> Result<(), Error> {
+        match self {
+            Db::Sqlite(db) => db.execute(word, &[]).map(|_| ()),
+            Db::Postgres(db) => db.end(word),
+        }
     }
 
     fn in_transaction(&self) -> bool {
@@ -296,7 +305,7 @@ impl<'c> Db<'c> {
     /// next use.
     fn rollback_if_open(&mut self) {
         if self.in_transaction() {
-            if let Err(error) = self.execute("ROLLBACK", &[]) {
+            if let Err(error) = self.end("ROLLBACK") {
                 tracing::error!(%error, "ROLLBACK failed");
             }
         }
