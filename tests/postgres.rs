@@ -2,12 +2,12 @@
 //! from SQLite. The rest of the suite runs there too when
 //! `TODOD_TEST_DATABASE_URL` names a server (`.ci/run` starts one); without
 //! one, the tests that need it say so and stop.
-use std::io::{BufRead, BufReader, Read};
+use std::io::Read;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use todod::store::Store;
-use todod_e2e::{binary, proto, todod_command, wait_with_timeout, RealDaemon};
+use todod_e2e::{binary, proto, wait_with_timeout, RealDaemon};
 
 /// A todod on `state_dir` and `database` that is expected to refuse to start:
 /// its exit status and what it said.
@@ -59,12 +59,12 @@ fn a_database_that_is_not_postgres_is_refused_by_name() {
     );
 }
 
-/// One daemon per database, as one per state directory on SQLite: a second
-/// one refuses to start, naming why; once the first is killed (its session,
-/// and the lock with it, ends with the process), another starts on the same
-/// database and finds the graph, acknowledged writes included.
+/// Several daemons serve one database: a second one starts beside the first
+/// and reads the graph it wrote; once the first is killed, the second goes
+/// on serving, and a daemon restarted on the first's state directory finds
+/// the graph, acknowledged writes included.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn one_daemon_per_database_and_the_next_finds_the_graph_after_a_kill() {
+async fn several_daemons_serve_one_database_and_outlive_a_kill() {
     let first_dir = tempfile::tempdir().unwrap();
     let second_dir = tempfile::tempdir().unwrap();
     let Some(url) = Store::test_database_url(first_dir.path()) else {
@@ -82,74 +82,19 @@ async fn one_daemon_per_database_and_the_next_finds_the_graph_after_a_kill() {
             .await
             .unwrap();
     }
-
-    let (ok, stderr) = refused_start(second_dir.path(), &url);
-    assert!(!ok, "a second daemon started on the same database");
-    assert!(
-        stderr.contains("another todod is serving this database"),
-        "{stderr}"
-    );
+    let second = RealDaemon::spawn_with(second_dir.path(), &["--database", &url]);
+    assert_eq!(plan_names(&second).await, ["kept-1", "kept-2"]);
 
     first.kill9();
-    // The server ends the dead session when it reads the closed socket,
-    // which no signal here announces: the next daemon tries until it may.
-    let mut tries = 0;
-    let second = loop {
-        match try_start(second_dir.path(), &url) {
-            Ok(daemon) => break daemon,
-            Err(stderr) => {
-                assert!(
-                    stderr.contains("another todod is serving this database"),
-                    "{stderr}"
-                );
-                tries += 1;
-                assert!(tries < 100, "the killed daemon's lock was never released");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-        }
-    };
-    assert_eq!(plan_names(&second).await, ["kept-1", "kept-2"]);
-}
-
-/// A todod on `state_dir` and `database`, serving; or what it said when it
-/// refused to start.
-fn try_start(state_dir: &std::path::Path, database: &str) -> Result<RealDaemon, String> {
-    let mut child = todod_command(
-        state_dir,
-        &[
-            "--listen",
-            "127.0.0.1:0",
-            "--socket",
-            "none",
-            "--database",
-            database,
-        ],
-    )
-    .stderr(Stdio::piped())
-    .spawn()
-    .expect("spawn todod");
-    let mut stdout = BufReader::new(child.stdout.take().unwrap());
-    let mut line = String::new();
-    stdout.read_line(&mut line).unwrap();
-    let mut stderr = child.stderr.take().unwrap();
-    let Some(addr) = line.trim().strip_prefix("todod listening on ") else {
-        wait_with_timeout(&mut child, Duration::from_secs(60));
-        let mut said = String::new();
-        stderr.read_to_string(&mut said).unwrap();
-        return Err(said);
-    };
-    // What it logs from now on goes to the test's output (a full pipe
-    // would stop it).
-    std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::stderr()));
-    let token = std::fs::read_to_string(state_dir.join(todod::config::TOKEN_FILE))
-        .ok()
-        .map(|t| t.trim().to_string());
-    Ok(RealDaemon {
-        child,
-        addr: addr.parse().unwrap(),
-        state_dir: state_dir.to_path_buf(),
-        token,
+    let mut c = second.client().await;
+    c.create_plan(proto::CreatePlanRequest {
+        name: "kept-3".into(),
+        ..Default::default()
     })
+    .await
+    .unwrap();
+    let restarted = RealDaemon::spawn(first_dir.path());
+    assert_eq!(plan_names(&restarted).await, ["kept-1", "kept-2", "kept-3"]);
 }
 
 /// Leases on a database daemons share: a task another daemon's run holds is
@@ -163,8 +108,8 @@ async fn a_live_lease_is_not_taken_and_a_released_one_is_taken_at_once() {
         eprintln!("no PostgreSQL server (TODOD_TEST_DATABASE_URL): not run");
         return;
     };
-    let first = Store::connect_shared(&url).await.unwrap();
-    let second = Store::connect_shared(&url).await.unwrap();
+    let first = Store::connect(&url).await.unwrap();
+    let second = Store::connect(&url).await.unwrap();
     let ctx = todod::store::WriteContext::default();
     first.create_plan("p", "", &ctx).await.unwrap();
     let kind = todod::domain::Kind::named("tokenization");
@@ -277,4 +222,71 @@ async fn a_write_cancelled_while_waiting_for_the_lock_leaves_the_writer_usable()
         .map(|p| p.name)
         .collect();
     assert_eq!(names, ["after", "before"]);
+}
+
+/// A schedule's due slot is fired by one daemon of those sharing the
+/// database: the first to claim it, until its claim expires (it died
+/// mid-firing); a re-measurement only by the daemon whose run holds the
+/// task (it holds that run through its own gate).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_due_slot_is_claimed_by_one_daemon_until_its_claim_expires() {
+    use todod::domain::schedule::{Action, Schedule};
+    let dir = tempfile::tempdir().unwrap();
+    let Some(url) = Store::test_database_url(dir.path()) else {
+        eprintln!("no PostgreSQL server (TODOD_TEST_DATABASE_URL): not run");
+        return;
+    };
+    let (a, b) = (
+        Store::connect(&url).await.unwrap(),
+        Store::connect(&url).await.unwrap(),
+    );
+    let ctx = todod::store::WriteContext::default();
+    a.create_plan("p", "", &ctx).await.unwrap();
+    let kind = todod::domain::Kind::named("generation");
+    let task = todod_e2e::abandoned_phase(&a, "p", kind, "{}", "run-a.1").await;
+    let now = todod::store::now_ms();
+    let every_second = Schedule::parse("* * * * * *", "UTC", Action::Probe, now).unwrap();
+    a.set_schedule(task, Some(every_second), &[kind], now, &ctx)
+        .await
+        .unwrap();
+    let due = a.due_schedules(now + 5_000).await.unwrap();
+    let slot = due.iter().find(|d| d.task == task).unwrap().next_fire_at;
+    let term = Duration::from_millis(300);
+
+    assert!(a
+        .claim_firing(task, slot, "run-a", term, false)
+        .await
+        .unwrap());
+    assert!(!b
+        .claim_firing(task, slot, "run-b", term, false)
+        .await
+        .unwrap());
+    // The claimant may claim again (a retry after a failed record).
+    assert!(a
+        .claim_firing(task, slot, "run-a", term, false)
+        .await
+        .unwrap());
+    // A slot that is not the schedule's due one is nobody's.
+    assert!(!b
+        .claim_firing(task, slot + 1, "run-b", term, false)
+        .await
+        .unwrap());
+    tokio::time::sleep(term * 2).await;
+    assert!(b
+        .claim_firing(task, slot, "run-b", term, false)
+        .await
+        .unwrap());
+
+    // A re-measurement: run-a's run holds the task (a live lease), so only
+    // run-a may fire it, whoever claimed the slot before.
+    tokio::time::sleep(term * 2).await;
+    assert_eq!(a.renew_leases("run-a").await.unwrap(), 1);
+    assert!(!b
+        .claim_firing(task, slot, "run-b", term, true)
+        .await
+        .unwrap());
+    assert!(a
+        .claim_firing(task, slot, "run-a", term, true)
+        .await
+        .unwrap());
 }

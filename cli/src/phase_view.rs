@@ -71,11 +71,31 @@ pub fn pipeline(tasks: &[todod_proto::Task]) -> String {
             t.status,
             parts.join("; ")
         );
+        if let Some(lease) = t.lease.as_ref().filter(|_| t.status == "in_progress") {
+            let _ = writeln!(out, "         {}", lease_text(lease));
+        }
         if let Some(s) = &t.schedule {
             let _ = writeln!(out, "         schedule {}", crate::render::schedule_text(s));
         }
     }
     out
+}
+
+/// Who runs a task and until when: `held by node-3-4121 (attempt 2),
+/// lease until 2026-12-05 10:00:30Z (in 24s)`.
+pub fn lease_text(lease: &todod_proto::Lease) -> String {
+    let (daemon, attempt) = todod_proto::lease::holder_parts(&lease.holder);
+    let mut text = format!("held by {}", escape(daemon));
+    if !attempt.is_empty() {
+        text.push_str(&format!(" (attempt {})", escape(attempt)));
+    }
+    if !lease.expires_at.is_empty() {
+        text.push_str(&format!(
+            ", lease until {}",
+            crate::render::when(&lease.expires_at)
+        ));
+    }
+    text
 }
 
 /// A progress's counts: `170 done, 2 failed, ...`.
@@ -423,6 +443,26 @@ fn generation(v: &GenerationResult) -> String {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_lease_names_the_daemon_and_attempt_and_escapes_them() {
+        let lease = todod_proto::Lease {
+            holder: "node-3.cluster-4121-18a2b3c4d5e6f.2".into(),
+            expires_at: "2026-12-05T10:00:30Z".into(),
+        };
+        let text = lease_text(&lease);
+        assert!(
+            text.starts_with(
+                "held by node-3.cluster-4121 (attempt 2), lease until 2026-12-05 10:00:30Z ("
+            ),
+            "{text}"
+        );
+        let hostile = todod_proto::Lease {
+            holder: "evil\u{1b}[2J-1-2.3".into(),
+            expires_at: String::new(),
+        };
+        assert_eq!(lease_text(&hostile), "held by evil\\u{1b}[2J-1 (attempt 3)");
+    }
 
     fn estimate(v: f64, lo: f64, hi: f64) -> Value {
         json!({"value": v, "low": lo, "high": hi})

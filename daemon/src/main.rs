@@ -31,8 +31,9 @@ struct Args {
     state_dir: Option<PathBuf>,
 
     /// Keep the graph in this PostgreSQL database (postgres://user@host/db)
-    /// instead of SQLite in the state directory. One daemon per database
-    /// (or per schema: `?options=-c%20search_path%3DNAME`).
+    /// instead of SQLite in the state directory. Several daemons, on one
+    /// machine or several, may serve one database (or schema:
+    /// `?options=-c%20search_path%3DNAME`) at once.
     #[arg(
         long,
         value_name = "URL",
@@ -40,6 +41,12 @@ struct Args {
         hide_env_values = true
     )]
     database: Option<String>,
+
+    /// How long a phase run's lease lasts unless renewed (every third of
+    /// it). With --database, a daemon that dies has its runs taken over by
+    /// another after this; one whose renewals fail this long stops its runs.
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = humantime::parse_duration)]
+    lease: std::time::Duration,
 
     /// Back the graph up every DURATION (e.g. 1h) into --backup-dir.
     #[arg(long, value_name = "DURATION", requires = "backup_dir", value_parser = humantime::parse_duration)]
@@ -253,6 +260,11 @@ async fn main() -> anyhow::Result<()> {
     } else {
         todod::backup::check_before_start(&db_path, &state_dir).await?;
     }
+    if args.lease < std::time::Duration::from_secs(1)
+        || args.lease > std::time::Duration::from_secs(3600)
+    {
+        bail!("--lease: must be between 1s and 1h");
+    }
     if args.backup_every.is_some_and(|d| d.is_zero()) {
         bail!("--backup-every: must be longer than zero");
     }
@@ -325,12 +337,14 @@ async fn main() -> anyhow::Result<()> {
             let store = Store::connect(url)
                 .await
                 .context("cannot open the PostgreSQL database --database names")?;
+            store.set_lease(args.lease);
             (store, "postgresql (--database)".to_string())
         }
         None => {
             let store = Store::open(&db_path)
                 .await
                 .with_context(|| format!("cannot open database {}", db_path.display()))?;
+            store.set_lease(args.lease);
             (store, db_path.display().to_string())
         }
     };

@@ -92,12 +92,23 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How often the loop looks while a re-measurement's slot is due but taken.
 const BUSY_LOOK: i64 = 1_000;
 
-/// Runs until `stop` turns true.
+/// How long a claim on a firing lasts (several daemons on one database):
+/// a probe's or a reopen's, and a re-measurement's, which holds the run for
+/// a minute or more. A daemon that dies mid-firing leaves the slot to the
+/// others after this.
+const FIRING_TERM: Duration = Duration::from_secs(120);
+const REMEASURE_TERM: Duration = Duration::from_secs(900);
+
+/// Runs until `stop` turns true. `holder` is this daemon run's id: on a
+/// database several daemons share, each firing is claimed by one of them
+/// first (a re-measurement by the daemon whose run holds the task, since
+/// it holds that run through its own gate).
 pub async fn run(
     store: Store,
     clock: Arc<dyn Clock>,
     gates: Gates,
     telemetry: crate::telemetry::Telemetry,
+    holder: String,
     mut stop: watch::Receiver<bool>,
 ) {
     let mut commits = store.subscribe();
@@ -127,8 +138,37 @@ pub async fn run(
                         busy = true;
                         continue;
                     }
+                    let remeasure = schedule.action == Action::Remeasure.as_str();
+                    let term = if remeasure {
+                        REMEASURE_TERM
+                    } else {
+                        FIRING_TERM
+                    };
+                    match store
+                        .claim_firing(
+                            schedule.task,
+                            schedule.next_fire_at,
+                            &holder,
+                            term,
+                            remeasure,
+                        )
+                        .await
+                    {
+                        Ok(true) => {}
+                        // Another daemon fires it (or it is no longer due):
+                        // look again later, not in a tight loop.
+                        Ok(false) => {
+                            busy = true;
+                            continue;
+                        }
+                        Err(e) => {
+                            tracing::warn!(task = %schedule.task, error = %e, "cannot claim a schedule's firing");
+                            failed = true;
+                            continue;
+                        }
+                    }
                     // Only the kinds that take it have one (the API checks).
-                    if schedule.action == Action::Remeasure.as_str() {
+                    if remeasure {
                         let (store, clock, gates, telemetry) = (
                             store.clone(),
                             clock.clone(),

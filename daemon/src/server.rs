@@ -276,8 +276,9 @@ pub async fn run(
 
     // Phase runs go on beside the API and stop with it, resumable.
     let gates = crate::phase::gate::Gates::default();
+    let run_id = runtime::new_run_id();
     let settings = runtime::Settings {
-        run_id: runtime::new_run_id(),
+        run_id: run_id.clone(),
         fs: options.fs.clone().unwrap_or_else(|| Arc::new(RealFs)),
         bounds,
         gates: gates.clone(),
@@ -291,6 +292,7 @@ pub async fn run(
         clock,
         gates,
         options.telemetry.clone(),
+        run_id,
         stop_rx.clone(),
     ));
 

@@ -9,6 +9,7 @@
 
 pub mod codec;
 pub mod json;
+pub mod lease;
 pub mod local;
 pub mod results;
 pub mod units;

@@ -173,7 +173,11 @@ impl TestDaemon {
 }
 
 pub async fn connect(target: impl Into<Target>) -> Client {
-    try_connect(target).await.expect("connect to daemon")
+    let target = target.into();
+    let url = target.url.clone();
+    try_connect(target)
+        .await
+        .unwrap_or_else(|| panic!("cannot connect to the daemon at {url}"))
 }
 
 /// Like `connect`, for callers that expect the daemon may be gone.
@@ -184,6 +188,7 @@ pub async fn try_connect(target: impl Into<Target>) -> Option<Client> {
         .connect_timeout(Duration::from_secs(10))
         .connect()
         .await
+        .map_err(|e| eprintln!("connecting to {}: {e:?}", target.url))
         .ok()?;
     let auth = Auth(target.token.as_ref().map(|t| {
         let mut value: MetadataValue<Ascii> = format!("Bearer {t}").parse().expect("token");
@@ -247,6 +252,12 @@ pub fn todod_command(state_dir: &Path, args: &[&str]) -> Command {
     if let Some(url) = Store::test_database_url(state_dir) {
         if !args.contains(&"--database") {
             command.arg("--database").arg(url);
+        }
+        // Several daemons may share a database there, so a daemon restarted
+        // after a kill waits for its predecessor's leases to expire: short
+        // ones keep the kill tests quick.
+        if !args.contains(&"--lease") {
+            command.args(["--lease", "3s"]);
         }
     }
     command
@@ -339,7 +350,20 @@ impl RealDaemon {
     }
 
     pub async fn client(&self) -> Client {
-        connect(self.target()).await
+        match try_connect(self.target()).await {
+            Some(client) => client,
+            None => {
+                // Say whether the process is still there, and in what state
+                // (R running, S sleeping, T stopped, Z exited).
+                let pid = self.child.id();
+                let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                    .unwrap_or_else(|e| format!("unreadable: {e}"));
+                panic!(
+                    "cannot connect to todod pid {pid} at {}: /proc stat {stat}",
+                    self.url()
+                )
+            }
+        }
     }
 
     pub fn kill9(&mut self) {

@@ -214,6 +214,10 @@ pub fn task(view: TaskView) -> proto::Task {
         owner: view.owner.unwrap_or_default(),
         metadata_json: view.metadata.unwrap_or_default(),
         summary: summary.unwrap_or_default(),
+        lease: view.lease.map(|(holder, expires)| proto::Lease {
+            holder,
+            expires_at: optional_time(expires),
+        }),
     }
 }
 

@@ -239,6 +239,17 @@ fn refusal(path: &Path, why: impl std::fmt::Display) -> io::Error {
     )
 }
 
+/// Another open file description holds the file's lock: another process
+/// writes it (on a database several daemons share, possibly a daemon whose
+/// run lost its lease while paused and has not noticed yet). The kind is
+/// `WouldBlock`, so that a caller may wait for it instead of failing.
+fn locked(path: &Path) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::WouldBlock,
+        format!("{}: is locked by another writer", path.display()),
+    )
+}
+
 fn hash_head(file: &dyn OutFile, len: u64) -> io::Result<String> {
     let mut buf = vec![0u8; len as usize];
     let mut read = 0;
@@ -326,7 +337,7 @@ impl Output {
             Entry::Other => return Err(refusal(&path, "is not a regular file; refused")),
         };
         if !file.try_lock()? {
-            return Err(refusal(&path, "is locked by another writer"));
+            return Err(locked(&path));
         }
         state.identity = Some(file.identity()?);
         state.committed = 0;
@@ -391,7 +402,7 @@ impl Output {
             ));
         }
         if !file.try_lock()? {
-            return Err(refusal(&path, "is locked by another writer"));
+            return Err(locked(&path));
         }
         let mut output = Output {
             written: state.committed,

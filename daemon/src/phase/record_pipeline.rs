@@ -242,21 +242,44 @@ pub async fn open<P: RecordPhase>(
         }
     }
     // Create what is planned, reopen what exists.
-    let fs = run.fs.clone();
-    let files = state.files.clone();
-    let existing = plan.existing;
-    let opened = tokio::task::spawn_blocking(move || {
-        files
-            .into_iter()
-            .map(|file| match file.identity {
-                None => Output::create(&*fs, file, existing, true),
-                Some(_) => Output::resume(&*fs, file),
-            })
-            .collect::<io::Result<Vec<Output>>>()
-    })
-    .await
-    .map_err(|e| format!("opening the output files failed: {e}"))?
-    .map_err(|e| super::spec::plain_io(&e))?;
+    let mut stop = run.stop.clone();
+    let mut waited = false;
+    let opened = loop {
+        let fs = run.fs.clone();
+        let files = state.files.clone();
+        let existing = plan.existing;
+        let opened = tokio::task::spawn_blocking(move || {
+            files
+                .into_iter()
+                .map(|file| match file.identity {
+                    None => Output::create(&*fs, file, existing, true),
+                    Some(_) => Output::resume(&*fs, file),
+                })
+                .collect::<io::Result<Vec<Output>>>()
+        })
+        .await
+        .map_err(|e| format!("opening the output files failed: {e}"))?;
+        match opened {
+            // On a database several daemons share, the lock's holder may be
+            // the daemon this run took the task from: paused past its lease,
+            // its writes would still land. It lets go once it wakes and finds
+            // itself fenced (or dies); until then this run waits, holding the
+            // task, and writes nothing. Alone on a database, the holder is a
+            // stranger to the task and the run fails, saying so.
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock && run.store.is_shared() => {
+                if !waited {
+                    tracing::warn!(task = %run.task, error = %e,
+                        "an output file is still open in another process (a daemon that lost this task?); waiting for it to let go");
+                    waited = true;
+                }
+                tokio::select! {
+                    _ = tokio::time::sleep(std::time::Duration::from_millis(250)) => {}
+                    _ = super::stopped(&mut stop) => return Ok(None),
+                }
+            }
+            other => break other.map_err(|e| super::spec::plain_io(&e))?,
+        }
+    };
     let created = opened
         .iter()
         .zip(&state.files)

@@ -33,15 +33,26 @@ const LOOK_AFTER: Duration = Duration::from_millis(10);
 const LONGEST_BACKOFF: Duration = Duration::from_secs(60);
 /// How often the leases of running runs are renewed: a third of their term,
 /// so that two renewals may fail before one expires.
-const RENEW_EVERY: Duration = Duration::from_millis(crate::store::LEASE_MS as u64 / 3);
+fn renew_every(store: &Store) -> Duration {
+    store.lease() / 3
+}
 
-/// A unique id for this daemon run.
+/// A unique id for this daemon run, which says where it runs to an
+/// operator reading who holds a task: `HOST-PID-NANOS`.
 pub fn new_run_id() -> String {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos())
         .unwrap_or(0);
-    format!("{:x}-{}", nanos, std::process::id())
+    let host: String = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .unwrap_or_default()
+        .trim()
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || *c == '-' || *c == '.')
+        .take(64)
+        .collect();
+    let host = if host.is_empty() { "host".into() } else { host };
+    format!("{host}-{}-{nanos:x}", std::process::id())
 }
 
 /// A new attempt token of this daemon run: `RUN.N`.
@@ -66,6 +77,37 @@ pub struct Settings {
 struct Running {
     attempt: String,
     stop: watch::Sender<bool>,
+    /// When its lease was taken, on this machine's monotonic clock.
+    taken: tokio::time::Instant,
+}
+
+/// The leases of this daemon's runs, as far as this daemon knows: when it
+/// last renewed them all. A run whose lease may have expired (renewals
+/// failed for a whole term: the database unreachable, this process paused)
+/// is stopped, since another daemon may have taken its task; the fence
+/// refuses whatever it would still commit.
+struct Leases {
+    renewed: tokio::time::Instant,
+}
+
+impl Leases {
+    /// Renews every lease of `run_id` when a third of the term has passed.
+    async fn renew_if_due(&mut self, store: &Store, run_id: &str) {
+        if self.renewed.elapsed() < renew_every(store) {
+            return;
+        }
+        match store.renew_leases(run_id).await {
+            Ok(_) => self.renewed = tokio::time::Instant::now(),
+            Err(error) => tracing::warn!(%error, "cannot renew the runs' leases"),
+        }
+    }
+
+    /// Whether `run`'s lease may have lapsed: neither taken nor renewed
+    /// within the last term, less a margin for the renewal's own trip.
+    fn lapsed(&self, store: &Store, run: &Running) -> bool {
+        let fresh = self.renewed.max(run.taken);
+        fresh.elapsed() >= store.lease().mul_f64(0.9)
+    }
 }
 
 /// Whether the runtime should start `task` now.
@@ -83,14 +125,20 @@ pub async fn run(store: Store, settings: Settings, mut shutdown: watch::Receiver
     let mut committed = store.subscribe();
     let mut running: HashMap<TaskId, Running> = HashMap::new();
     let mut active: JoinSet<TaskId> = JoinSet::new();
-    let mut renewed = tokio::time::Instant::now();
+    let mut leases = Leases {
+        renewed: tokio::time::Instant::now(),
+    };
     loop {
         // The leases of this daemon's runs, renewed well before they end
         // (on a database several daemons share, an expired one is taken).
-        if !running.is_empty() && renewed.elapsed() >= RENEW_EVERY {
-            match store.renew_leases(&settings.run_id).await {
-                Ok(_) => renewed = tokio::time::Instant::now(),
-                Err(error) => tracing::warn!(%error, "cannot renew the runs' leases"),
+        if !running.is_empty() {
+            leases.renew_if_due(&store, &settings.run_id).await;
+            for (id, run) in &running {
+                if store.is_shared() && leases.lapsed(&store, run) && !*run.stop.borrow() {
+                    tracing::error!(task = %id, attempt = %run.attempt,
+                        "the run's lease may have expired (renewals failed for a whole term); stopping it");
+                    let _ = run.stop.send(true);
+                }
             }
         }
         // Stopping: start nothing more; the select below stops the runs.
@@ -140,7 +188,14 @@ pub async fn run(store: Store, settings: Settings, mut shutdown: watch::Receiver
                                 gates: settings.gates.clone(),
                                 telemetry: settings.telemetry.clone(),
                             };
-                            running.insert(task.id, Running { attempt, stop });
+                            running.insert(
+                                task.id,
+                                Running {
+                                    attempt,
+                                    stop,
+                                    taken: tokio::time::Instant::now(),
+                                },
+                            );
                             active.spawn(run_one(task.kind, context));
                         }
                         Ok(false) => {}
@@ -174,7 +229,16 @@ pub async fn run(store: Store, settings: Settings, mut shutdown: watch::Receiver
                 for run in running.values() {
                     let _ = run.stop.send(true);
                 }
-                while active.join_next().await.is_some() {}
+                // The runs stop at their next checkpoint; their leases are
+                // kept meanwhile, or another daemon would take a task whose
+                // run is still finishing its last checkpoint here.
+                loop {
+                    leases.renew_if_due(&store, &settings.run_id).await;
+                    tokio::select! {
+                        joined = active.join_next() => if joined.is_none() { break },
+                        _ = tokio::time::sleep(renew_every(&store)) => {}
+                    }
+                }
                 // Stopped at their last checkpoints: handed back at once,
                 // not when the leases would have expired.
                 if let Err(error) = store.release_leases(&settings.run_id).await {

@@ -126,9 +126,6 @@ pub enum Error {
         task: domain::TaskId,
         attempt: String,
     },
-    /// The database is served by another daemon.
-    #[error("{0}")]
-    InUse(String),
     #[error("a transaction was opened inside another")]
     NestedTransaction,
     #[error("no database connection became free in {0:?}")]
@@ -194,13 +191,12 @@ impl Drop for Loan<'_> {
 struct Inner {
     /// The database file; `None` on PostgreSQL.
     path: Option<std::path::PathBuf>,
-    /// PostgreSQL: the connection whose session holds the daemon's lock on
-    /// the database (SQLite's is the state directory's `flock`).
-    holder: std::sync::Mutex<Option<postgres::Conn>>,
     /// Set by `close`: the commit follower (PostgreSQL) stops.
     closed: std::sync::atomic::AtomicBool,
     /// Other stores (daemons) may serve the database at the same time.
     shared: bool,
+    /// How long a phase lease lasts unless renewed, in milliseconds.
+    lease_ms: std::sync::atomic::AtomicI64,
     writer: Mutex<Option<Conn>>,
     writer_watch: writer_watch::WriterWatch,
     readers: Readers,
@@ -273,33 +269,23 @@ impl Store {
     /// Connects to the PostgreSQL database `url` names (`postgres://...`)
     /// and runs its migrations (`migrations/postgres`; sqlx holds an
     /// advisory lock meanwhile, so daemons starting together take turns).
+    ///
+    /// Other daemons may serve the same database (schema) at the same time:
+    /// writes through all of them are serialised, each one's watchers hear
+    /// of the others' commits, and a phase task another daemon's run holds
+    /// is taken only once its lease has expired on the database's clock.
     pub async fn connect(url: &str) -> Result<Store, Error> {
-        Store::connect_with(PgConnectOptions::from_str(url)?).await
-    }
-
-    /// [`Store::connect`] with options already parsed.
-    pub async fn connect_with(options: PgConnectOptions) -> Result<Store, Error> {
-        let store = Store::connect_postgres(options.clone(), false).await?;
-        // Connecting blocks this thread (a round trip to the connection's own).
-        let mut holder = postgres::Conn::open(&options)?;
-        if !holder.take_daemon_lock()? {
-            store.close().await;
-            return Err(Error::InUse(
-                "another todod is serving this database (schema); one daemon per database \
-                 until several daemons share one graph"
-                    .into(),
-            ));
-        }
-        *store.inner.holder.lock().unwrap_or_else(|p| p.into_inner()) = Some(holder);
-        Ok(store)
-    }
-
-    /// A store on a database that other stores (processes) may serve at the
-    /// same time: [`Store::connect`] without the claim to be the only one.
-    /// Writes through all of them are serialised; each one's watchers hear
-    /// of the others' commits.
-    pub async fn connect_shared(url: &str) -> Result<Store, Error> {
         Store::connect_postgres(PgConnectOptions::from_str(url)?, true).await
+    }
+
+    /// A store on PostgreSQL that takes itself to be the only one on the
+    /// database, as a daemon on SQLite is (its state directory's `flock`):
+    /// a lease of another daemon run is that of a dead run, taken at once.
+    /// For the store's own tests, which check its rules the same on both
+    /// backends; a daemon uses [`Store::connect`].
+    #[doc(hidden)]
+    pub async fn connect_alone(url: &str) -> Result<Store, Error> {
+        Store::connect_postgres(PgConnectOptions::from_str(url)?, false).await
     }
 
     /// `shared`: other stores may serve the database at the same time, so
@@ -336,7 +322,7 @@ impl Store {
     #[doc(hidden)]
     pub async fn open_for_test(dir: &Path) -> Result<Store, Error> {
         match Store::test_database_url(dir) {
-            Some(url) => Store::connect(&url).await,
+            Some(url) => Store::connect_alone(&url).await,
             None => Store::open(&dir.join("todod.db")).await,
         }
     }
@@ -381,9 +367,9 @@ impl Store {
         Ok(Store {
             inner: Arc::new(Inner {
                 path,
-                holder: Default::default(),
                 closed: Default::default(),
                 shared,
+                lease_ms: std::sync::atomic::AtomicI64::new(LEASE_MS),
                 writer: Mutex::new(Some(writer)),
                 writer_watch: Default::default(),
                 readers: Readers {
@@ -420,6 +406,33 @@ impl Store {
         self.inner.path.as_deref()
     }
 
+    /// How long a phase lease lasts unless its run renews it (default
+    /// [`LEASE_MS`]). Shorter: a dead daemon's runs are taken over sooner,
+    /// and a daemon whose renewals stall (a slow database) loses its runs
+    /// sooner.
+    pub fn lease(&self) -> Duration {
+        Duration::from_millis(self.lease_ms() as u64)
+    }
+
+    /// Sets [`Store::lease`], from the next lease taken or renewed on.
+    pub fn set_lease(&self, lease: Duration) {
+        let ms = i64::try_from(lease.as_millis()).unwrap_or(i64::MAX).max(1);
+        self.inner
+            .lease_ms
+            .store(ms, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    fn lease_ms(&self) -> i64 {
+        self.inner
+            .lease_ms
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Whether other daemons may serve this database at the same time.
+    pub fn is_shared(&self) -> bool {
+        self.inner.shared
+    }
+
     /// The sequence number of the newest committed event, updated after commit.
     pub fn subscribe(&self) -> watch::Receiver<i64> {
         self.inner.committed_seq.subscribe()
@@ -444,8 +457,7 @@ impl Store {
             _permit: permit,
         };
         let conn = loan.conn.as_mut().ok_or(Error::Closed)?;
-        let mut db = conn.lock();
-        db.transaction(Begin::Read, body)
+        conn.blocking(|conn| conn.lock().transaction(Begin::Read, body))
     }
 
     /// Runs `body` as one `BEGIN IMMEDIATE` transaction on the writer and, once
@@ -472,12 +484,14 @@ impl Store {
                 .map_err(|_| Error::Overloaded(ACQUIRE_TIMEOUT))?;
             let _holding = waiting.acquired(caller);
             let conn = writer.as_mut().ok_or(Error::Closed)?;
-            let (value, seq) = conn.lock().transaction(Begin::Write, |db| {
-                let (value, seq) = body(db)?;
-                if let Some(seq) = seq {
-                    db.announce(seq)?;
-                }
-                Ok((value, seq))
+            let (value, seq) = conn.blocking(|conn| {
+                conn.lock().transaction(Begin::Write, |db| {
+                    let (value, seq) = body(db)?;
+                    if let Some(seq) = seq {
+                        db.announce(seq)?;
+                    }
+                    Ok((value, seq))
+                })
             })?;
             drop(writer);
             self.inner
@@ -531,14 +545,6 @@ impl Store {
         let Some(mut writer) = self.inner.writer.lock().await.take() else {
             return;
         };
-        // Ending its session lets another daemon take the database.
-        let holder = self
-            .inner
-            .holder
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take();
-        drop(holder);
         let mut db = writer.lock();
         if db.dialect() == sql::Dialect::Postgres {
             return;
@@ -571,7 +577,7 @@ mod tests {
             return;
         };
         let first = Store::connect(&url).await.unwrap();
-        let second = Store::connect_shared(&url).await.unwrap();
+        let second = Store::connect(&url).await.unwrap();
         let mut heard = second.subscribe();
         let ctx = WriteContext::default();
         for name in ["p1", "p2", "p3"] {

@@ -34,12 +34,21 @@ fn run_of(attempt: &str) -> &str {
 /// daemon knows that a holder of another run is dead.
 pub const LEASE_MS: i64 = 30_000;
 
+/// How a store takes a lease: whether other daemons share its database,
+/// and for how long a lease lasts.
+#[derive(Clone, Copy)]
+struct Terms {
+    shared: bool,
+    lease_ms: i64,
+}
+
 fn take_lease(
     db: &mut Db,
     id: TaskId,
     attempt: &str,
-    shared: bool,
+    terms: Terms,
 ) -> Result<(bool, Option<i64>), Error> {
+    let Terms { shared, lease_ms } = terms;
     let previous = db.query_row(
         "SELECT t.lease_owner, l.expires_at FROM tasks t \
          LEFT JOIN phase_leases l ON l.task_id = t.id WHERE t.id = ? AND t.status = 'in_progress'",
@@ -64,12 +73,12 @@ fn take_lease(
     db.execute(
         "INSERT INTO phase_leases (task_id, expires_at) VALUES (?, ?) \
          ON CONFLICT (task_id) DO UPDATE SET expires_at = excluded.expires_at",
-        &[id.0.into(), (now + LEASE_MS).into()],
+        &[id.0.into(), (now + lease_ms).into()],
     )?;
     let seq = if another_run {
         let reason = if shared {
-            "the daemon that ran it stopped renewing its lease; the run goes on from its last \
-             checkpoint"
+            "the daemon run that held it handed it back or stopped renewing its lease; the run \
+             goes on from its last checkpoint"
         } else {
             "the daemon restarted; the run goes on from its last checkpoint"
         };
@@ -82,7 +91,7 @@ fn take_lease(
 
 /// Now, in milliseconds, on the database's clock when it has one of its own
 /// (PostgreSQL, shared by every daemon on it), else on this machine's.
-fn database_now(db: &mut Db) -> Result<i64, Error> {
+pub(super) fn database_now(db: &mut Db) -> Result<i64, Error> {
     match db.dialect() {
         Dialect::Sqlite => Ok(now_ms()),
         Dialect::Postgres => db
@@ -106,6 +115,13 @@ const RUNNABLE_PHASE_TASKS: &str = "SELECT t.id, t.kind, t.status, COALESCE(t.sp
      AND p.archived_at IS NULL ORDER BY t.id";
 
 impl Store {
+    fn terms(&self) -> Terms {
+        Terms {
+            shared: self.is_shared(),
+            lease_ms: self.lease().as_millis() as i64,
+        }
+    }
+
     /// Live phase tasks that are in progress, or pending and ready.
     pub async fn runnable_phase_tasks(&self) -> Result<Vec<PhaseTask>, Error> {
         self.read(|db| {
@@ -134,16 +150,17 @@ impl Store {
     /// is taken only once that run's lease has expired (judged on the
     /// database's clock): false until then.
     pub async fn take_lease(&self, id: TaskId, attempt: &str) -> Result<bool, Error> {
-        let shared = self.inner.shared;
-        self.write(move |db| take_lease(db, id, attempt, shared))
+        let terms = self.terms();
+        self.write(move |db| take_lease(db, id, attempt, terms))
             .await
     }
 
     /// Renews the leases of the tasks the runs of daemon run `run` hold, for
-    /// another [`LEASE_MS`]; returns how many. (It walks the leases, one row
+    /// another [`Store::lease`]; returns how many. (It walks the leases, one row
     /// per phase task, not the tasks.)
     pub async fn renew_leases(&self, run: &str) -> Result<usize, Error> {
         let prefix = format!("{run}.");
+        let lease_ms = self.lease_ms();
         self.write(move |db| {
             let now = database_now(db)?;
             let renewed = db.execute(
@@ -151,7 +168,7 @@ impl Store {
                  FROM phase_leases l JOIN tasks t ON t.id = l.task_id \
                  WHERE t.status = 'in_progress' AND substr(t.lease_owner, 1, ?) = ?)",
                 &[
-                    (now + LEASE_MS).into(),
+                    (now + lease_ms).into(),
                     (prefix.len() as i64).into(),
                     prefix.as_str().into(),
                 ],
@@ -188,12 +205,12 @@ impl Store {
             expected_revision: None,
             request: None,
         };
-        let shared = self.inner.shared;
+        let terms = self.terms();
         self.write(|db| {
             let (task, seq) = super::write::transition(db, id, Status::InProgress, &ctx)?;
             // On a shared database another daemon may have started it
             // first and hold it: then nothing here is written.
-            let (taken, resumed) = take_lease(db, id, attempt, shared)?;
+            let (taken, resumed) = take_lease(db, id, attempt, terms)?;
             if !taken {
                 return Err(Error::Fenced {
                     task: id,

@@ -30,12 +30,61 @@ use super::Error;
 /// transaction. Its second key is the schema's hash, so that daemons (and
 /// tests) on different schemas of one server do not wait for each other.
 const WRITE_LOCK: &str = "pg_advisory_xact_lock(1953457263, hashtext(current_schema()))";
-/// A daemon's session holds this one while it serves the database.
-const DAEMON_LOCK: &str = "pg_try_advisory_lock(1953457264, hashtext(current_schema()))";
 
 /// Announces a commit's newest event to the schema's listeners, in the
 /// write's transaction (PostgreSQL delivers it at commit, never before).
 pub(super) const ANNOUNCE: &str = "SELECT pg_notify('todod_' || current_schema(), CAST(? AS TEXT))";
+
+/// The longest a statement may run on the server before it is cancelled
+/// (a wedged server, a lock never released): the write fails as busy
+/// instead of holding a worker for ever.
+const STATEMENT_TIMEOUT_S: u64 = 60;
+/// The longest a write waits for the write lock (another daemon's write).
+const LOCK_TIMEOUT_S: u64 = 30;
+/// How long this process waits for any one round trip (connecting included)
+/// before it gives the connection up as lost: the server's own timeout, and
+/// then some, for a server that stopped answering at all (a dropped route,
+/// a host gone without a FIN).
+const ROUND_TRIP_TIMEOUT: std::time::Duration =
+    std::time::Duration::from_secs(STATEMENT_TIMEOUT_S + 15);
+
+/// `options` with the session settings every store connection runs with:
+/// statement, lock and idle-in-transaction timeouts, and TCP keepalives on
+/// the server's side of the socket, so that the session of a host that died
+/// without closing it (and any lock it held) ends within about a minute
+/// instead of hours.
+pub(super) fn session(options: &PgConnectOptions) -> PgConnectOptions {
+    options.clone().options([
+        ("statement_timeout", format!("{STATEMENT_TIMEOUT_S}s")),
+        ("lock_timeout", format!("{LOCK_TIMEOUT_S}s")),
+        // A transaction's statements follow each other within
+        // milliseconds; a session idle inside one this long belongs to a
+        // daemon that was paused (SIGSTOP, a frozen VM) or lost, and holds
+        // the write lock every other daemon waits for.
+        ("idle_in_transaction_session_timeout", "10s".to_string()),
+        ("tcp_keepalives_idle", "30".to_string()),
+        ("tcp_keepalives_interval", "10".to_string()),
+        ("tcp_keepalives_count", "3".to_string()),
+    ])
+}
+
+/// Connects within [`ROUND_TRIP_TIMEOUT`].
+async fn connect(options: &PgConnectOptions) -> Result<PgConnection, Error> {
+    match tokio::time::timeout(ROUND_TRIP_TIMEOUT, PgConnection::connect_with(options)).await {
+        Ok(connected) => connected.map_err(error_of),
+        Err(_) => Err(lost("connecting to the database timed out")),
+    }
+}
+
+/// The connection itself failed (no SQLSTATE): it is replaced before the
+/// next transaction.
+fn lost(message: &str) -> Error {
+    Error::Postgres {
+        failure: Failure::Other,
+        code: String::new(),
+        message: message.into(),
+    }
+}
 
 /// How often a follower also reads the newest event, for announcements lost
 /// while its listening connection was down.
@@ -60,9 +109,13 @@ pub(super) async fn follow_commits(options: PgConnectOptions, mut seen: impl FnM
                             }
                         },
                         _ = poll.tick() => {
-                            let newest = sqlx::query_scalar::<_, Option<i64>>("SELECT MAX(seq) FROM events")
-                                .fetch_one(&mut listener)
-                                .await;
+                            let newest = tokio::time::timeout(
+                                ROUND_TRIP_TIMEOUT,
+                                sqlx::query_scalar::<_, Option<i64>>("SELECT MAX(seq) FROM events")
+                                    .fetch_one(&mut listener),
+                            )
+                            .await
+                            .unwrap_or(Err(sqlx::Error::PoolTimedOut));
                             match newest {
                                 Ok(seq) => seq,
                                 Err(error) => {
@@ -93,7 +146,8 @@ pub(super) async fn follow_commits(options: PgConnectOptions, mut seen: impl FnM
 async fn listen(options: &PgConnectOptions) -> Result<sqlx::postgres::PgListener, sqlx::Error> {
     let pool = sqlx::postgres::PgPoolOptions::new()
         .max_connections(1)
-        .connect_lazy_with(options.clone());
+        .acquire_timeout(ROUND_TRIP_TIMEOUT)
+        .connect_lazy_with(session(options));
     let mut listener = sqlx::postgres::PgListener::connect_with(&pool).await?;
     let schema: String = sqlx::query_scalar("SELECT current_schema()")
         .fetch_one(&mut listener)
@@ -208,16 +262,6 @@ impl Conn {
         result.map(|_| ())
     }
 
-    /// Takes the daemon's lock on the database for this connection's
-    /// session; false if another session holds it.
-    pub fn take_daemon_lock(&mut self) -> Result<bool, Error> {
-        let rows = self.query(&format!("SELECT {DAEMON_LOCK}"), &[])?;
-        Ok(matches!(
-            rows.first().and_then(|row| row.first()),
-            Some(Value::Integer(1))
-        ))
-    }
-
     pub fn execute(&mut self, sql: &str, params: &[Param<'_>]) -> Result<usize, Error> {
         match self.call(statement(sql, params, false))? {
             Reply::Changed(n) => Ok(n),
@@ -304,28 +348,30 @@ fn serve(
             return;
         }
     };
-    let mut conn = match runtime.block_on(PgConnection::connect_with(&options)) {
+    let options = session(&options);
+    let mut conn = match runtime.block_on(connect(&options)) {
         Ok(conn) => Some(conn),
         Err(e) => {
-            let _ = ready.send(Err(error_of(e)));
+            let _ = ready.send(Err(e));
             return;
         }
     };
     let _ = ready.send(Ok(()));
     while let Ok(request) = incoming.recv() {
         if conn.is_none() && request.fresh {
-            conn = runtime.block_on(PgConnection::connect_with(&options)).ok();
+            conn = runtime.block_on(connect(&options)).ok();
         }
         let result = match conn.as_mut() {
-            Some(c) => runtime.block_on(run(c, request.work)),
+            // The timer is made inside the runtime, which it needs.
+            Some(c) => runtime
+                .block_on(async {
+                    tokio::time::timeout(ROUND_TRIP_TIMEOUT, run(c, request.work)).await
+                })
+                .unwrap_or_else(|_| Err(lost("the database did not answer in time"))),
             None if matches!(&request.work, Work::Simple(sql) if sql == "ROLLBACK") => {
                 Ok(Reply::Changed(0)) // the transaction went with the connection
             }
-            None => Err(Error::Postgres {
-                failure: Failure::Other,
-                code: String::new(),
-                message: "the connection to the database was lost".into(),
-            }),
+            None => Err(lost("the connection to the database was lost")),
         };
         if let Err(Error::Postgres { code, .. }) = &result {
             // Not the server refusing a statement: the connection itself.

@@ -117,17 +117,22 @@ fn task_columns(detail: Detail, dialect: Dialect) -> String {
             ("last_fired_at", "s.last_fired_at"),
         ])
     );
+    // Which daemon run holds a running phase task, and until when: looked
+    // up for running tasks only, so that long listings pay nothing for it.
+    let lease_owner = "CASE WHEN t.status = 'in_progress' THEN t.lease_owner END";
+    let lease_expiry = "CASE WHEN t.status = 'in_progress' AND t.lease_owner IS NOT NULL THEN \
+         (SELECT l.expires_at FROM phase_leases l WHERE l.task_id = t.id) END";
     match detail {
         Detail::Full => format!(
             "t.id, p.name, t.status, t.priority, t.content, t.kind, t.position, t.spec, \
              t.progress, t.result, t.error, t.revision, t.archived_at, t.created_at, \
              t.updated_at, t.started_at, t.finished_at, {dependencies}, {schedule}, \
-             t.owner, t.metadata"
+             t.owner, t.metadata, {lease_owner}, {lease_expiry}"
         ),
         Detail::Basic => format!(
             "t.id, NULL, t.status, t.priority, t.content, t.kind, t.position, NULL, \
              t.progress, NULL, NULL, t.revision, t.archived_at, NULL, NULL, NULL, NULL, \
-             {dependencies}, {schedule}, t.owner, t.metadata"
+             {dependencies}, {schedule}, t.owner, t.metadata, {lease_owner}, {lease_expiry}"
         ),
     }
 }

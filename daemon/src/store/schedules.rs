@@ -299,6 +299,77 @@ impl Store {
         .await
     }
 
+    /// Claims the firing of `id`'s slot `due_at` for daemon run `holder`,
+    /// for `term` (the firing's work must end within it, or another daemon
+    /// may fire the slot too). True when this daemon is to fire it: always
+    /// when the database is not shared. False when the slot is no longer
+    /// due, another daemon's claim on it is live, or (`holder_only`: a
+    /// re-measurement, which holds the run through the gate of the daemon
+    /// running it) another daemon's run holds the task.
+    pub async fn claim_firing(
+        &self,
+        id: TaskId,
+        due_at: i64,
+        holder: &str,
+        term: std::time::Duration,
+        holder_only: bool,
+    ) -> Result<bool, Error> {
+        if !self.is_shared() {
+            return Ok(true);
+        }
+        let holder = holder.to_string();
+        let term_ms = term.as_millis() as i64;
+        self.write(move |db| {
+            let now = super::phases::database_now(db)?;
+            let due = db.query_row(
+                "SELECT 1 FROM schedules WHERE task_id = ? AND next_fire_at = ?",
+                &[id.0.into(), due_at.into()],
+                |_| Ok(()),
+            )?;
+            if due.is_none() {
+                return Ok((false, None));
+            }
+            let claimed = db.query_row(
+                "SELECT holder FROM schedule_claims WHERE task_id = ? AND due_at = ? \
+                 AND expires_at > ?",
+                &[id.0.into(), due_at.into(), now.into()],
+                |row| Ok(row.text(0)?.to_string()),
+            )?;
+            if claimed.is_some_and(|h| h != holder) {
+                return Ok((false, None));
+            }
+            if holder_only {
+                let run_holder = db.query_row(
+                    "SELECT t.lease_owner FROM tasks t JOIN phase_leases l ON l.task_id = t.id \
+                     WHERE t.id = ? AND t.status = 'in_progress' AND l.expires_at > ?",
+                    &[id.0.into(), now.into()],
+                    |row| Ok(row.opt_text(0)?.map(str::to_string)),
+                )?;
+                let prefix = format!("{holder}.");
+                if run_holder
+                    .flatten()
+                    .is_some_and(|owner| !owner.starts_with(&prefix))
+                {
+                    return Ok((false, None));
+                }
+            }
+            db.execute(
+                "INSERT INTO schedule_claims (task_id, due_at, holder, expires_at) \
+                 VALUES (?, ?, ?, ?) ON CONFLICT (task_id) DO UPDATE SET \
+                 due_at = excluded.due_at, holder = excluded.holder, \
+                 expires_at = excluded.expires_at",
+                &[
+                    id.0.into(),
+                    due_at.into(),
+                    holder.as_str().into(),
+                    (now + term_ms).into(),
+                ],
+            )?;
+            Ok((true, None))
+        })
+        .await
+    }
+
     /// Records a firing (see [`fired`]).
     pub async fn record_firing(
         &self,

@@ -181,6 +181,23 @@ impl Conn {
             Conn::Postgres(conn) => Db::Postgres(conn),
         }
     }
+
+    /// Runs `work` (statements on this connection) from an async caller.
+    /// SQLite's statements run on the caller's worker: they take
+    /// microseconds to milliseconds, and handing them over costs more. A
+    /// PostgreSQL round trip may wait seconds (another daemon's write holds
+    /// the write lock), so on a runtime of several threads the worker is
+    /// handed over first and the API goes on meanwhile.
+    pub fn blocking<T>(&mut self, work: impl FnOnce(&mut Conn) -> T) -> T {
+        let several_threads = matches!(self, Conn::Postgres(_))
+            && tokio::runtime::Handle::try_current()
+                .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
+        if several_threads {
+            tokio::task::block_in_place(|| work(self))
+        } else {
+            work(self)
+        }
+    }
 }
 
 /// A locked connection.

@@ -1,6 +1,6 @@
 //! What a `/metrics` scrape reads from the store: live tasks counted by plan,
 //! kind and status, and each live phase task's committed progress and result
-//! with its drift events. Two short reads on a reader connection; the writer
+//! with its drift events, takeovers and the lease of a running one. Two short reads on a reader connection; the writer
 //! never waits for a scrape.
 use super::{Error, Store};
 use crate::telemetry::render::{PhaseFigures, TaskCount};
@@ -25,7 +25,10 @@ impl Store {
             )?;
             let phases = db.query(
                 "SELECT t.id, t.kind, t.status, t.progress, t.result, \
-                 (SELECT COUNT(*) FROM events e WHERE e.task_id = t.id AND e.type = 'drift') \
+                 (SELECT COUNT(*) FROM events e WHERE e.task_id = t.id AND e.type = 'drift'), \
+                 CASE WHEN t.status = 'in_progress' THEN t.lease_owner END, \
+                 (SELECT l.expires_at FROM phase_leases l WHERE l.task_id = t.id), \
+                 (SELECT COUNT(*) FROM events e WHERE e.task_id = t.id AND e.type = 'resumed') \
                  FROM tasks t JOIN plans p ON p.id = t.plan_id \
                  WHERE t.kind <> 'todo' AND t.archived_at IS NULL AND p.archived_at IS NULL \
                  ORDER BY t.id",
@@ -39,6 +42,11 @@ impl Store {
                         row.opt_text(4)?.unwrap_or(""),
                     );
                     figures.drift_events = row.int(5)?.max(0) as u64;
+                    figures.lease = match row.opt_text(6)? {
+                        Some(holder) => Some((holder.to_string(), row.opt_int(7)?)),
+                        None => None,
+                    };
+                    figures.takeovers = row.int(8)?.max(0) as u64;
                     Ok(figures)
                 },
             )?;

@@ -64,6 +64,10 @@ pub struct TaskView {
     pub owner: Option<String>,
     /// The clients' JSON object (see `domain::annotations`).
     pub metadata: Option<String>,
+    /// A running phase task: the attempt of the daemon run that holds it
+    /// (`HOST-PID-NANOS.N`) and when its lease expires (Unix ms, on the
+    /// database's clock; `None` before the first lease of an older daemon).
+    pub lease: Option<(String, Option<i64>)>,
 }
 
 /// How much of each task a listing carries.
@@ -129,6 +133,10 @@ impl TaskView {
             schedule: owned(row.opt_text(18)?),
             owner: owned(row.opt_text(19)?),
             metadata: owned(row.opt_text(20)?),
+            lease: match row.opt_text(21)? {
+                Some(holder) => Some((holder.to_string(), row.opt_int(22)?)),
+                None => None,
+            },
         })
     }
 }

@@ -39,6 +39,11 @@ pub struct PhaseFigures {
     /// The projection's records/s: value, low, high.
     pub projected_records_per_second: Option<(f64, f64, f64)>,
     pub drift_events: u64,
+    /// A running task: the daemon run holding its lease (`HOST-PID-NANOS`)
+    /// and when the lease expires (Unix ms, on the database's clock).
+    pub lease: Option<(String, Option<i64>)>,
+    /// Times another daemon run took the task over (`resumed` events).
+    pub takeovers: u64,
 }
 
 impl PhaseFigures {
@@ -78,6 +83,8 @@ impl PhaseFigures {
             projected_seconds_left: live("projected_eta_seconds"),
             projected_records_per_second: projected.filter(|_| running),
             drift_events: 0,
+            lease: None,
+            takeovers: 0,
             task,
             kind,
         }
@@ -106,6 +113,13 @@ struct RecordLabels {
     task: String,
     kind: String,
     outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct HolderLabels {
+    task: String,
+    kind: String,
+    holder: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -231,7 +245,22 @@ impl Telemetry {
         let left = Family::<TaskLabels, FloatGauge>::default();
         let projected_left = Family::<TaskLabels, FloatGauge>::default();
         let projected_rate = Family::<BoundLabels, FloatGauge>::default();
+        let lease_expiry = Family::<HolderLabels, FloatGauge>::default();
+        let takeovers = Family::<TaskLabels, Counter>::default();
         for p in &scrape.phases {
+            if let Some((holder, expires)) = &p.lease {
+                // The daemon run, not the attempt: one series per holder.
+                let run = holder
+                    .rsplit_once('.')
+                    .map_or(holder.as_str(), |(run, _)| run);
+                lease_expiry
+                    .get_or_create(&HolderLabels {
+                        task: p.task.clone(),
+                        kind: p.kind.clone(),
+                        holder: run.to_string(),
+                    })
+                    .set(expires.map_or(0.0, |ms| ms as f64 / 1000.0));
+            }
             let labels = TaskLabels {
                 task: p.task.clone(),
                 kind: p.kind.clone(),
@@ -261,6 +290,7 @@ impl Telemetry {
             if p.kind == "generation" {
                 drifts.get_or_create(&labels).inc_by(p.drift_events);
             }
+            takeovers.get_or_create(&labels).inc_by(p.takeovers);
             let set = |family: &Family<TaskLabels, FloatGauge>, v: Option<f64>| {
                 if let Some(v) = v {
                     family.get_or_create(&labels).set(v);
@@ -317,6 +347,17 @@ impl Telemetry {
             "A running generation's time left at the feasibility projection's rate",
             Unit::Seconds,
             projected_left,
+        );
+        r.register(
+            "todod_phase_lease_expiry_timestamp",
+            "A running phase task's lease: the daemon run holding it (label) and when it expires \
+             unless renewed, Unix seconds on the database's clock (0: not known)",
+            lease_expiry,
+        );
+        r.register(
+            "todod_phase_takeovers",
+            "Times a daemon run took a phase task over from another (resumed events)",
+            takeovers,
         );
         r.register(
             "todod_phase_projected_records_per_second",

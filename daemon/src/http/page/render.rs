@@ -266,6 +266,14 @@ fn running(d: &PhaseDetail, now_ms: i64) -> Markup {
             @if let Some(message) = p["calibration"]["message"].as_str() { " · calibration: " (message) }
             @if p["remeasuring"] == true { " · held while the server is measured again" }
         }
+        @if let Some((holder, expires)) = &d.task.lease {
+            @let (daemon, attempt) = todod_proto::lease::holder_parts(holder);
+            p class="meta lease" {
+                "Run by " strong { (daemon) }
+                @if !attempt.is_empty() { " (attempt " (attempt) ")" }
+                @if let Some(at) = expires { ", lease until " (when(*at)) " UTC" }
+            }
+        }
         (chart::throughput(&d.points, projected))
         (servers(&p["server"]))
         (failures(p))

@@ -1,0 +1,348 @@
+//! Several daemons on one graph (PostgreSQL): each serves the API on the
+//! shared graph, a phase task is run by one of them at a time under a lease
+//! judged on the database's clock, and a daemon that dies, or is paused past
+//! its lease, has the task taken over without a record lost or written
+//! twice. Without a server (`TODOD_TEST_DATABASE_URL`) these say so and stop.
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use todod::store::Store;
+use todod_e2e::gen::{self, assert_result_matches, prompt_texts, write_prompts, written};
+use todod_e2e::mock_openai::{MockOpenAi, Settings};
+use todod_e2e::{create_generation, proto, task_events, Client, RealDaemon};
+
+/// Short, so that takeovers take seconds; renewed every third of it.
+const LEASE: &str = "2s";
+
+/// A daemon on the shared database `url`, with a state directory of its own
+/// (its token, its socket), and `env` for it alone.
+fn daemon(state: &Path, url: &str, env: &[(&str, &str)]) -> RealDaemon {
+    RealDaemon::spawn_env(state, &["--database", url, "--lease", LEASE], env)
+}
+
+/// The process id in a lease holder (`HOST-PID-NANOS.N`).
+fn holder_pid(holder: &str) -> u32 {
+    let run = holder.rsplit_once('.').map_or(holder, |(run, _)| run);
+    let mut parts = run.rsplit('-');
+    parts.next(); // the nanoseconds
+    parts
+        .next()
+        .and_then(|pid| pid.parse().ok())
+        .unwrap_or_else(|| panic!("no process id in lease holder {holder:?}"))
+}
+
+fn signal(daemon: &RealDaemon, signal: i32) {
+    // SAFETY: a signal to our own child, by its pid.
+    unsafe {
+        libc::kill(daemon.child.id() as i32, signal);
+    }
+}
+
+async fn task(c: &mut Client, id: &str) -> proto::Task {
+    c.get_task(proto::GetTaskRequest { id: id.into() })
+        .await
+        .unwrap()
+        .into_inner()
+}
+
+/// Polls `task` through `c` until `done` holds (or fails after `limit`,
+/// saying `what`). Polling, not a watch: the daemon answering may be the
+/// only one not paused, and the state looked for (a lease's holder) is not
+/// announced by an event of its own.
+async fn poll(
+    c: &mut Client,
+    id: &str,
+    what: &str,
+    limit: Duration,
+    done: impl Fn(&proto::Task) -> bool,
+) -> proto::Task {
+    let began = Instant::now();
+    loop {
+        let now = task(c, id).await;
+        if done(&now) {
+            return now;
+        }
+        assert!(
+            began.elapsed() < limit,
+            "{what}: not within {limit:?}; the task is {} ({:?}, {:?})",
+            now.status,
+            now.lease,
+            now.progress
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn holder(t: &proto::Task) -> Option<u32> {
+    t.lease
+        .as_ref()
+        .filter(|_| t.status == "in_progress")
+        .map(|l| holder_pid(&l.holder))
+}
+
+fn done(t: &proto::Task) -> i64 {
+    t.progress.as_ref().map_or(0, |p| p.done)
+}
+
+/// The issue's scenario on one machine: three daemons on one database run a
+/// generation. The one running it is paused (SIGSTOP) past its lease, and
+/// another takes the task over; the paused one is let go on (SIGCONT) and
+/// must write nothing more (its run is fenced, and the file lock it held
+/// kept the new holder from writing until it let go). Then the holder is
+/// killed (SIGKILL), another takes over after the lease, and the killed one
+/// is restarted. Every record is in the output once, and the counts a user
+/// reads are what the files hold. On the way, a watch through one daemon
+/// sees a write made through another.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_daemons_share_a_generation_through_a_pause_and_a_kill() {
+    const PROMPTS: usize = 4000;
+    let shared = tempfile::tempdir().unwrap();
+    let Some(url) = Store::test_database_url(shared.path()) else {
+        eprintln!("no PostgreSQL server (TODOD_TEST_DATABASE_URL): not run");
+        return;
+    };
+    let mock = MockOpenAi::start(Settings {
+        latency: Duration::from_millis(25),
+        ..Settings::default()
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    write_prompts(&dir.path().join("prompts.jsonl"), PROMPTS, false);
+    let states: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let mut daemons: Vec<RealDaemon> = states.iter().map(|s| daemon(s.path(), &url, &[])).collect();
+
+    // A watch through the first daemon sees a write through the second.
+    let mut first = daemons[0].client().await;
+    let mut second = daemons[1].client().await;
+    second
+        .create_plan(proto::CreatePlanRequest {
+            name: "watched".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let mut watch = first
+        .watch_plan(proto::WatchPlanRequest {
+            plan: "watched".into(),
+            from_now: true,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    second
+        .write_todos(todod_e2e::write_request(
+            "watched",
+            vec![todod_e2e::item("", "written through B", "pending", "high")],
+        ))
+        .await
+        .unwrap();
+    let heard = tokio::time::timeout(Duration::from_secs(30), watch.next())
+        .await
+        .expect("the watch through A heard nothing of B's write")
+        .expect("the watch ended")
+        .unwrap();
+    assert_eq!(heard.r#type, "task_created", "{heard:?}");
+
+    let id = create_generation(
+        &mut first,
+        "gen",
+        gen::spec(dir.path(), &mock.url, 16).to_string(),
+    )
+    .await;
+    let index_of = |daemons: &[RealDaemon], pid: u32| {
+        daemons
+            .iter()
+            .position(|d| d.child.id() == pid)
+            .unwrap_or_else(|| panic!("lease held by pid {pid}, none of the daemons"))
+    };
+
+    // Pause the holder once it has committed some records.
+    let running = poll(
+        &mut first,
+        &id,
+        "the run's progress",
+        Duration::from_secs(120),
+        |t| holder(t).is_some() && done(t) >= 400,
+    )
+    .await;
+    let paused = index_of(&daemons, holder(&running).unwrap());
+    signal(&daemons[paused], libc::SIGSTOP);
+    let mut other = daemons[(paused + 1) % 3].client().await;
+    let taken = poll(
+        &mut other,
+        &id,
+        "a takeover from the paused daemon",
+        Duration::from_secs(60),
+        |t| holder(t).is_some_and(|pid| pid != daemons[paused].child.id()),
+    )
+    .await;
+    let taker = index_of(&daemons, holder(&taken).unwrap());
+    // Well past its lease before it wakes.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    signal(&daemons[paused], libc::SIGCONT);
+
+    // The new holder goes on once the woken one has let go; kill it then.
+    let before = done(&taken);
+    let mut other = daemons[(taker + 1) % 3].client().await;
+    let going = poll(
+        &mut other,
+        &id,
+        "progress after the takeover",
+        Duration::from_secs(120),
+        |t| t.status != "in_progress" || done(t) >= before + 400,
+    )
+    .await;
+    assert_eq!(
+        going.status, "in_progress",
+        "the run ended too soon to be killed: {going:?}"
+    );
+    let killed = index_of(&daemons, holder(&going).unwrap());
+    daemons[killed].kill9();
+    let killed_at = Instant::now();
+    let survivor_at = (killed + 1) % 3;
+    let mut survivor = daemons[survivor_at].client().await;
+    let after_kill = poll(
+        &mut survivor,
+        &id,
+        "a takeover from the killed daemon",
+        Duration::from_secs(60),
+        |t| {
+            t.status != "in_progress"
+                || holder(t).is_some_and(|pid| pid != daemons[killed].child.id())
+        },
+    )
+    .await;
+    let takeover = killed_at.elapsed();
+    // Operators see the holder and its lease in /metrics too, and the
+    // takeovers so far.
+    if let Some(lease) = after_kill
+        .lease
+        .as_ref()
+        .filter(|_| after_kill.status == "in_progress")
+    {
+        let run = lease.holder.rsplit_once('.').unwrap().0;
+        let samples = todod_e2e::scrape::scrape(daemons[survivor_at].addr).await;
+        let expiry = todod_e2e::scrape::sum(
+            &samples,
+            "todod_phase_lease_expiry_timestamp",
+            &[("task", id.as_str()), ("holder", run)],
+        );
+        assert!(expiry > 1.7e9, "lease expiry {expiry} for {run}");
+        let takeovers = todod_e2e::scrape::sum(
+            &samples,
+            "todod_phase_takeovers_total",
+            &[("task", id.as_str())],
+        );
+        assert!(takeovers >= 2.0, "{takeovers} takeovers in /metrics");
+    }
+    daemons[killed] = daemon(states[killed].path(), &url, &[]);
+
+    let mut c = daemons[killed].client().await;
+    let finished = poll(
+        &mut c,
+        &id,
+        "the generation's end",
+        Duration::from_secs(300),
+        |t| t.status == "completed" || t.status == "failed",
+    )
+    .await;
+    assert_eq!(finished.status, "completed", "{}", finished.error);
+    let files = written(dir.path(), &prompt_texts(PROMPTS));
+    for i in 0..PROMPTS {
+        assert_eq!(files.ids.get(&format!("p{i}")), Some(&1), "p{i}");
+    }
+    assert_result_matches(
+        &finished,
+        &files,
+        "after a pause and a kill across three daemons",
+    );
+    let resumed = task_events(&mut c, &id, "resumed").await;
+    assert!(
+        resumed.len() >= 2,
+        "two takeovers, {} resumed events: {resumed:?}",
+        resumed.len()
+    );
+    assert!(
+        resumed.iter().all(|e| e.reason.contains("lease")),
+        "a takeover says why: {resumed:?}"
+    );
+    println!(
+        "{PROMPTS} records once each; paused daemon {paused}, taken by {taker}, killed {killed}; \
+         {} takeovers; the killed holder's task held again after {takeover:?} (lease {LEASE})",
+        resumed.len()
+    );
+}
+
+/// Leases are judged on the database's clock: a daemon whose own clock is an
+/// hour ahead (faked with libfaketime for that process alone) does not take
+/// a task whose holder keeps renewing its lease, though by its clock that
+/// lease expired long ago.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_daemon_an_hour_ahead_takes_no_live_lease() {
+    const FAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
+    let shared = tempfile::tempdir().unwrap();
+    let Some(url) = Store::test_database_url(shared.path()) else {
+        eprintln!("no PostgreSQL server (TODOD_TEST_DATABASE_URL): not run");
+        return;
+    };
+    assert!(
+        Path::new(FAKETIME).exists(),
+        "{FAKETIME} is missing: apt-get install libfaketime (.ci/run does)"
+    );
+    // Slow answers: the run goes on for the whole test.
+    let mock = MockOpenAi::start(Settings {
+        latency: Duration::from_millis(500),
+        ..Settings::default()
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    write_prompts(&dir.path().join("prompts.jsonl"), 2000, false);
+    let (a_state, b_state) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let a = daemon(a_state.path(), &url, &[]);
+    let mut c = a.client().await;
+    let id = create_generation(
+        &mut c,
+        "gen",
+        gen::spec(dir.path(), &mock.url, 2).to_string(),
+    )
+    .await;
+    poll(&mut c, &id, "A's run", Duration::from_secs(60), |t| {
+        holder(t) == Some(a.child.id())
+    })
+    .await;
+    let ahead = daemon(
+        b_state.path(),
+        &url,
+        &[
+            ("LD_PRELOAD", FAKETIME),
+            ("FAKETIME", "+1h"),
+            ("FAKETIME_DONT_FAKE_MONOTONIC", "1"),
+        ],
+    );
+    // Its clock is an hour ahead: the faked time shows in what it writes.
+    let mut skewed = ahead.client().await;
+    let plan = skewed
+        .create_plan(proto::CreatePlanRequest {
+            name: "skewed".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let created = humantime::parse_rfc3339(&plan.created_at).unwrap();
+    let ahead_by = created
+        .duration_since(std::time::SystemTime::now())
+        .unwrap_or_default();
+    assert!(
+        ahead_by > Duration::from_secs(3000),
+        "the daemon's clock is not ahead ({ahead_by:?}): is libfaketime working?"
+    );
+    // Five lease terms: the skewed daemon looks every second.
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let now = task(&mut c, &id).await;
+    assert_eq!(holder(&now), Some(a.child.id()), "{:?}", now.lease);
+    assert!(task_events(&mut c, &id, "resumed").await.is_empty());
+    drop(ahead);
+}
