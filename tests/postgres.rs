@@ -290,3 +290,35 @@ async fn a_due_slot_is_claimed_by_one_daemon_until_its_claim_expires() {
         .await
         .unwrap());
 }
+
+/// A schema's name may be as long as PostgreSQL allows (63 bytes); the
+/// commit announcements' channel, named after it, must still work, and the
+/// writes that announce must go through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_schema_with_the_longest_name_serves_and_announces() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(url) = Store::test_database_url(dir.path()) else {
+        eprintln!("no PostgreSQL server (TODOD_TEST_DATABASE_URL): not run");
+        return;
+    };
+    let base = url.split("?options=").next().unwrap();
+    let name = format!("long_{}_", std::process::id());
+    let schema = format!("{name}{}", "x".repeat(63 - name.len()));
+    assert_eq!(schema.len(), 63);
+    let url = format!("{base}?options=-c%20search_path%3D{schema}");
+    let (a, b) = (
+        Store::connect(&url).await.unwrap(),
+        Store::connect(&url).await.unwrap(),
+    );
+    let mut heard = b.subscribe();
+    let ctx = todod::store::WriteContext::default();
+    a.create_plan("p", "", &ctx).await.unwrap();
+    let written = *a.subscribe().borrow();
+    tokio::time::timeout(
+        Duration::from_secs(30),
+        heard.wait_for(|seq| *seq >= written),
+    )
+    .await
+    .expect("the other store never heard of the commit")
+    .unwrap();
+}

@@ -33,7 +33,10 @@ const WRITE_LOCK: &str = "pg_advisory_xact_lock(1953457263, hashtext(current_sch
 
 /// Announces a commit's newest event to the schema's listeners, in the
 /// write's transaction (PostgreSQL delivers it at commit, never before).
-pub(super) const ANNOUNCE: &str = "SELECT pg_notify('todod_' || current_schema(), CAST(? AS TEXT))";
+/// The channel is named by a hash of the schema: a channel name is at most
+/// 63 bytes, a schema's name may be as long.
+pub(super) const ANNOUNCE: &str =
+    "SELECT pg_notify('todod_' || md5(current_schema()), CAST(? AS TEXT))";
 
 /// The longest a statement may run on the server before it is cancelled
 /// (a wedged server, a lock never released): the write fails as busy
@@ -149,10 +152,10 @@ async fn listen(options: &PgConnectOptions) -> Result<sqlx::postgres::PgListener
         .acquire_timeout(ROUND_TRIP_TIMEOUT)
         .connect_lazy_with(session(options));
     let mut listener = sqlx::postgres::PgListener::connect_with(&pool).await?;
-    let schema: String = sqlx::query_scalar("SELECT current_schema()")
+    let channel: String = sqlx::query_scalar("SELECT 'todod_' || md5(current_schema())")
         .fetch_one(&mut listener)
         .await?;
-    listener.listen(&format!("todod_{schema}")).await?;
+    listener.listen(&channel).await?;
     Ok(listener)
 }
 
