@@ -5,7 +5,7 @@
 //! while a generation runs.
 use super::checkpoints::{check_fence, record, save_progress, save_state, DAEMON_ACTOR};
 use super::persist;
-use super::sql::{Db, Dialect, Param};
+use super::sql::{Db, Param};
 use super::{now_ms, Error, Store, TaskView, WriteContext};
 use crate::domain::{self, Change, Kind, Status, TaskId};
 
@@ -58,7 +58,7 @@ fn take_lease(
     let Some((previous, expires)) = previous else {
         return Ok((false, None));
     };
-    let now = database_now(db)?;
+    let now = db.clock_ms()?;
     let another_run = previous
         .as_deref()
         .is_some_and(|p| run_of(p) != run_of(attempt));
@@ -87,21 +87,6 @@ fn take_lease(
         None
     };
     Ok((true, seq))
-}
-
-/// Now, in milliseconds, on the database's clock when it has one of its own
-/// (PostgreSQL, shared by every daemon on it), else on this machine's.
-pub(super) fn database_now(db: &mut Db) -> Result<i64, Error> {
-    match db.dialect() {
-        Dialect::Sqlite => Ok(now_ms()),
-        Dialect::Postgres => db
-            .query_row(
-                "SELECT CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT)",
-                &[],
-                |row| row.int(0),
-            )?
-            .ok_or_else(super::sql::no_row),
-    }
 }
 
 /// Live phase tasks that are in progress or pending. The runtime asks after
@@ -162,7 +147,7 @@ impl Store {
         let prefix = format!("{run}.");
         let lease_ms = self.lease_ms();
         self.write(move |db| {
-            let now = database_now(db)?;
+            let now = db.clock_ms()?;
             let renewed = db.execute(
                 "UPDATE phase_leases SET expires_at = ? WHERE task_id IN (SELECT l.task_id \
                  FROM phase_leases l JOIN tasks t ON t.id = l.task_id \

@@ -320,7 +320,7 @@ impl Store {
         let holder = holder.to_string();
         let term_ms = term.as_millis() as i64;
         self.write(move |db| {
-            let now = super::phases::database_now(db)?;
+            let now = db.clock_ms()?;
             let due = db.query_row(
                 "SELECT 1 FROM schedules WHERE task_id = ? AND next_fire_at = ?",
                 &[id.0.into(), due_at.into()],

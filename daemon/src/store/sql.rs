@@ -207,6 +207,22 @@ pub(super) enum Db<'c> {
 }
 
 impl<'c> Db<'c> {
+    /// Now, in milliseconds, on the database's clock when it has one of its
+    /// own (PostgreSQL, shared by every daemon on it: leases and claims are
+    /// judged by it, never by a daemon's clock), else on this machine's.
+    pub fn clock_ms(&mut self) -> Result<i64, Error> {
+        match self.dialect() {
+            Dialect::Sqlite => Ok(super::now_ms()),
+            Dialect::Postgres => self
+                .query_row(
+                    "SELECT CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT)",
+                    &[],
+                    |row| row.int(0),
+                )?
+                .ok_or_else(no_row),
+        }
+    }
+
     pub fn dialect(&self) -> Dialect {
         match self {
             Db::Sqlite(_) => Dialect::Sqlite,
