@@ -168,6 +168,12 @@ pub async fn run(store: Store, settings: Settings, mut shutdown: watch::Receiver
                     if !should_start(task) {
                         continue;
                     }
+                    // Another daemon's run renews its lease: asking the
+                    // store to take it would only be refused (a write, with
+                    // every daemon asking after every commit).
+                    if store.is_shared() && task.held_elsewhere(&settings.run_id) {
+                        continue;
+                    }
                     let attempt = new_attempt(&settings.run_id);
                     let started = match task.status {
                         Status::InProgress => store.take_lease(task.id, &attempt).await,

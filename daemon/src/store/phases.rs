@@ -22,6 +22,20 @@ pub struct PhaseTask {
     pub ready: bool,
     /// Paused by a client: auto-start leaves it alone until it is started.
     pub held: bool,
+    /// Its lease has not expired, on the database's clock.
+    pub lease_live: bool,
+}
+
+impl PhaseTask {
+    /// Held under a live lease by a run of another daemon than `run_id`
+    /// (on a database several daemons share: not this daemon's to take).
+    pub fn held_elsewhere(&self, run_id: &str) -> bool {
+        self.lease_live
+            && self
+                .lease_owner
+                .as_deref()
+                .is_some_and(|owner| run_of(owner) != run_id)
+    }
 }
 
 /// The daemon run an attempt token belongs to (`RUN.N`).
@@ -94,7 +108,8 @@ fn take_lease(
 /// (phase tasks are few), never every task: its WHERE terms are the index's.
 const RUNNABLE_PHASE_TASKS: &str = "SELECT t.id, t.kind, t.status, COALESCE(t.spec, '{}'), \
      t.lease_owner, NOT EXISTS (SELECT 1 FROM dependencies d JOIN tasks u \
-     ON u.id = d.depends_on WHERE d.task_id = t.id AND u.status <> 'completed'), t.held \
+     ON u.id = d.depends_on WHERE d.task_id = t.id AND u.status <> 'completed'), t.held, \
+     (SELECT l.expires_at FROM phase_leases l WHERE l.task_id = t.id) \
      FROM tasks t JOIN plans p ON p.id = t.plan_id \
      WHERE t.kind <> 'todo' AND t.archived_at IS NULL AND t.status IN ('in_progress', 'pending') \
      AND p.archived_at IS NULL ORDER BY t.id";
@@ -110,6 +125,7 @@ impl Store {
     /// Live phase tasks that are in progress, or pending and ready.
     pub async fn runnable_phase_tasks(&self) -> Result<Vec<PhaseTask>, Error> {
         self.read(|db| {
+            let now = db.clock_ms()?;
             db.query(RUNNABLE_PHASE_TASKS, &[], |row| {
                 let status: Status = row.parsed(2, "status")?;
                 Ok(PhaseTask {
@@ -120,6 +136,7 @@ impl Store {
                     lease_owner: row.opt_text(4)?.map(str::to_string),
                     ready: status == Status::Pending && row.int(5)? != 0,
                     held: row.int(6)? != 0,
+                    lease_live: row.opt_int(7)?.is_some_and(|at| at > now),
                 })
             })
         })
