@@ -221,11 +221,10 @@ async fn three_daemons_share_a_generation_through_a_pause_and_a_kill() {
     let takeover = killed_at.elapsed();
     // Operators see the holder and its lease in /metrics too, and the
     // takeovers so far.
-    if let Some(lease) = after_kill
-        .lease
-        .as_ref()
-        .filter(|_| after_kill.status == "in_progress")
+    // The run cannot move on while nobody holds it: it is still going.
+    assert_eq!(after_kill.status, "in_progress", "{after_kill:?}");
     {
+        let lease = after_kill.lease.as_ref().expect("a running task's lease");
         let run = lease.holder.rsplit_once('.').unwrap().0;
         let samples = todod_e2e::scrape::scrape(daemons[survivor_at].addr).await;
         let expiry = todod_e2e::scrape::sum(
@@ -240,6 +239,21 @@ async fn three_daemons_share_a_generation_through_a_pause_and_a_kill() {
             &[("task", id.as_str())],
         );
         assert!(takeovers >= 2.0, "{takeovers} takeovers in /metrics");
+        // And in `todoctl status`, through any daemon.
+        let survivor = &daemons[survivor_at];
+        let status = todod_e2e::cli::run_at(
+            &survivor.url(),
+            survivor.token.as_deref(),
+            &["status", "gen"],
+        );
+        let (daemon_name, _) = todod_e2e::proto::lease::holder_parts(&lease.holder);
+        assert!(
+            status
+                .stdout
+                .contains(&format!("held by {daemon_name} (attempt "))
+                && status.stdout.contains(", lease until "),
+            "{status:#?}"
+        );
     }
     daemons[killed] = daemon(states[killed].path(), &url, &[]);
 
