@@ -77,7 +77,9 @@ fn take_lease(
         .as_deref()
         .is_some_and(|p| run_of(p) != run_of(attempt));
     // Another daemon's run that renews its lease is alive: not ours to take.
-    if shared && another_run && expires.is_none_or(|at| at > now) {
+    // A holder without a lease row has no lease at all (started before
+    // leases were kept): nobody renews it, so it is taken.
+    if shared && another_run && expires.is_some_and(|at| at > now) {
         return Ok((false, None));
     }
     db.execute(
