@@ -21,7 +21,7 @@ use tokio::sync::watch;
 use crate::domain::schedule::{Action, Schedule};
 use crate::domain::{Kind, TaskId};
 use crate::phase::gate::Gates;
-use crate::store::{DueSchedule, Store};
+use crate::store::{DueSchedule, FiringClaim, Store};
 
 /// Where the scheduler reads the time, and how it waits for it.
 pub trait Clock: Send + Sync + 'static {
@@ -144,7 +144,7 @@ pub async fn run(
                     } else {
                         FIRING_TERM
                     };
-                    match store
+                    let claimed = store
                         .claim_firing(
                             schedule.task,
                             schedule.next_fire_at,
@@ -152,12 +152,17 @@ pub async fn run(
                             term,
                             remeasure,
                         )
-                        .await
-                    {
-                        Ok(true) => {}
-                        // Another daemon fires it (or it is no longer due):
-                        // look again later, not in a tight loop.
-                        Ok(false) => {
+                        .await;
+                    // On a shared database the slots are counted on the
+                    // database's clock: this daemon's may be off by this.
+                    let offset = match claimed {
+                        Ok(FiringClaim::Mine { database_now }) => {
+                            database_now.map_or(0, |db| db - clock.now_ms())
+                        }
+                        // Another daemon fires it (or it is not due on the
+                        // database's clock): look again later, not in a
+                        // tight loop.
+                        Ok(FiringClaim::Refused) => {
                             busy = true;
                             continue;
                         }
@@ -166,7 +171,7 @@ pub async fn run(
                             failed = true;
                             continue;
                         }
-                    }
+                    };
                     // Only the kinds that take it have one (the API checks).
                     if remeasure {
                         let (store, clock, gates, telemetry) = (
@@ -177,7 +182,16 @@ pub async fn run(
                         );
                         let task = schedule.task;
                         measuring.start(task, async move {
-                            fire(&store, clock.as_ref(), None, &gates, &telemetry, &schedule).await
+                            fire(
+                                &store,
+                                clock.as_ref(),
+                                offset,
+                                None,
+                                &gates,
+                                &telemetry,
+                                &schedule,
+                            )
+                            .await
                         });
                         busy = true;
                         continue;
@@ -185,6 +199,7 @@ pub async fn run(
                     if let Err(e) = fire(
                         &store,
                         clock.as_ref(),
+                        offset,
                         http.as_ref(),
                         &gates,
                         &telemetry,
@@ -299,15 +314,19 @@ impl Measuring {
     }
 }
 
+/// Fires `due` and records it. `offset`: the database's clock minus
+/// `clock` (0 alone on a database), so that the slots it passed and the
+/// next one are counted on the clock every daemon shares.
 async fn fire(
     store: &Store,
     clock: &dyn Clock,
+    offset: i64,
     http: Option<&reqwest::Client>,
     gates: &Gates,
     telemetry: &crate::telemetry::Telemetry,
     due: &DueSchedule,
 ) -> Result<(), crate::store::Error> {
-    let now = clock.now_ms();
+    let now = clock.now_ms() + offset;
     let parsed = Action::parse("action", &due.action)
         .and_then(|action| Schedule::parse(&due.cron, &due.timezone, action, now));
     let schedule = match parsed {
@@ -349,7 +368,7 @@ async fn fire(
             // The next slot is the first after the measurement ended: a
             // measurement longer than the schedule's interval must not be
             // followed at once by another hold of the run.
-            next_ms = schedule.next_after(clock.now_ms());
+            next_ms = schedule.next_after(clock.now_ms() + offset);
             outcome["next"] = json!(next_ms.map(crate::domain::time::rfc3339));
         }
     }

@@ -20,6 +20,7 @@ pub mod files;
 pub mod gate;
 pub mod kind;
 pub mod kinds;
+pub mod lease_keeper;
 pub mod lines;
 #[cfg(any(test, feature = "test-support"))]
 pub mod lossy_fs;

@@ -187,6 +187,12 @@ async fn commit(
     {
         Ok(()) => Ok(Some(())),
         Err(StoreError::Fenced { .. }) => Ok(None),
+        // Not the run's fault (the database busy or out of reach): it stops
+        // at its last checkpoint and is taken up again, not failed.
+        Err(e) if e.is_transient() => {
+            tracing::warn!(task = %run.task, error = %e, "checkpoint not committed; the run stops and resumes");
+            Ok(None)
+        }
         Err(e) => Err(format!("cannot commit the checkpoint: {e}")),
     }
 }
@@ -720,6 +726,11 @@ impl Committer<'_, '_> {
         {
             Ok(()) => {}
             Err(StoreError::Fenced { .. }) => return Ok(false),
+            // As in `commit`: stop at the last checkpoint, to be resumed.
+            Err(e) if e.is_transient() => {
+                tracing::warn!(error = %e, "checkpoint not committed; the run stops and resumes");
+                return Ok(false);
+            }
             Err(e) => return Err(format!("cannot commit the checkpoint: {e}")),
         }
         self.commits.observe(began.elapsed().as_secs_f64());

@@ -19,6 +19,7 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use super::files::SharedFs;
+use super::lease_keeper::{renew_every, LeaseKeeper};
 use super::{kinds, Boundaries, Ended, RunContext};
 use crate::domain::{Status, TaskId};
 use crate::store::{Error as StoreError, PhaseTask, Store};
@@ -31,12 +32,6 @@ const TICK: Duration = Duration::from_secs(1);
 /// a read beside each write.
 const LOOK_AFTER: Duration = Duration::from_millis(10);
 const LONGEST_BACKOFF: Duration = Duration::from_secs(60);
-/// How often the leases of running runs are renewed: a third of their term,
-/// so that two renewals may fail before one expires.
-fn renew_every(store: &Store) -> Duration {
-    store.lease() / 3
-}
-
 /// A unique id for this daemon run, which says where it runs to an
 /// operator reading who holds a task: `HOST-PID-NANOS`.
 pub fn new_run_id() -> String {
@@ -81,35 +76,6 @@ struct Running {
     taken: tokio::time::Instant,
 }
 
-/// The leases of this daemon's runs, as far as this daemon knows: when it
-/// last renewed them all. A run whose lease may have expired (renewals
-/// failed for a whole term: the database unreachable, this process paused)
-/// is stopped, since another daemon may have taken its task; the fence
-/// refuses whatever it would still commit.
-struct Leases {
-    renewed: tokio::time::Instant,
-}
-
-impl Leases {
-    /// Renews every lease of `run_id` when a third of the term has passed.
-    async fn renew_if_due(&mut self, store: &Store, run_id: &str) {
-        if self.renewed.elapsed() < renew_every(store) {
-            return;
-        }
-        match store.renew_leases(run_id).await {
-            Ok(_) => self.renewed = tokio::time::Instant::now(),
-            Err(error) => tracing::warn!(%error, "cannot renew the runs' leases"),
-        }
-    }
-
-    /// Whether `run`'s lease may have lapsed: neither taken nor renewed
-    /// within the last term, less a margin for the renewal's own trip.
-    fn lapsed(&self, store: &Store, run: &Running) -> bool {
-        let fresh = self.renewed.max(run.taken);
-        fresh.elapsed() >= store.lease().mul_f64(0.9)
-    }
-}
-
 /// Whether the runtime should start `task` now.
 fn should_start(task: &PhaseTask) -> bool {
     match task.status {
@@ -125,16 +91,17 @@ pub async fn run(store: Store, settings: Settings, mut shutdown: watch::Receiver
     let mut committed = store.subscribe();
     let mut running: HashMap<TaskId, Running> = HashMap::new();
     let mut active: JoinSet<TaskId> = JoinSet::new();
-    let mut leases = Leases {
-        renewed: tokio::time::Instant::now(),
-    };
+    // The leases of this daemon's runs, renewed well before they end (on a
+    // database several daemons share, an expired one is taken).
+    let leases = LeaseKeeper::start(store.clone(), settings.run_id.clone());
+    // Looks at least this often: a run whose lease may have lapsed is
+    // stopped within a third of the term.
+    let tick = TICK.min(renew_every(&store));
     loop {
-        // The leases of this daemon's runs, renewed well before they end
-        // (on a database several daemons share, an expired one is taken).
-        if !running.is_empty() {
-            leases.renew_if_due(&store, &settings.run_id).await;
+        leases.set_runs(running.len());
+        if store.is_shared() {
             for (id, run) in &running {
-                if store.is_shared() && leases.lapsed(&store, run) && !*run.stop.borrow() {
+                if leases.lapsed(&store, run.taken) && !*run.stop.borrow() {
                     tracing::error!(task = %id, attempt = %run.attempt,
                         "the run's lease may have expired (renewals failed for a whole term); stopping it");
                     let _ = run.stop.send(true);
@@ -175,6 +142,9 @@ pub async fn run(store: Store, settings: Settings, mut shutdown: watch::Receiver
                         continue;
                     }
                     let attempt = new_attempt(&settings.run_id);
+                    // The lease's term is counted from inside the write,
+                    // after this.
+                    let taken = tokio::time::Instant::now();
                     let started = match task.status {
                         Status::InProgress => store.take_lease(task.id, &attempt).await,
                         _ => store.start_phase(task.id, &attempt).await.map(|_| true),
@@ -199,7 +169,7 @@ pub async fn run(store: Store, settings: Settings, mut shutdown: watch::Receiver
                                 Running {
                                     attempt,
                                     stop,
-                                    taken: tokio::time::Instant::now(),
+                                    taken,
                                 },
                             );
                             active.spawn(run_one(task.kind, context));
@@ -223,7 +193,7 @@ pub async fn run(store: Store, settings: Settings, mut shutdown: watch::Receiver
                 }
                 committed.borrow_and_update();
             }
-            _ = tokio::time::sleep(TICK) => {}
+            _ = tokio::time::sleep(tick) => {}
             Some(ended) = active.join_next() => {
                 match ended {
                     Ok(id) => { running.remove(&id); }
@@ -235,16 +205,11 @@ pub async fn run(store: Store, settings: Settings, mut shutdown: watch::Receiver
                 for run in running.values() {
                     let _ = run.stop.send(true);
                 }
-                // The runs stop at their next checkpoint; their leases are
-                // kept meanwhile, or another daemon would take a task whose
-                // run is still finishing its last checkpoint here.
-                loop {
-                    leases.renew_if_due(&store, &settings.run_id).await;
-                    tokio::select! {
-                        joined = active.join_next() => if joined.is_none() { break },
-                        _ = tokio::time::sleep(renew_every(&store)) => {}
-                    }
-                }
+                // The runs stop at their next checkpoint; the keeper renews
+                // their leases meanwhile, or another daemon would take a task
+                // whose run is still finishing its last checkpoint here.
+                while active.join_next().await.is_some() {}
+                drop(leases);
                 // Stopped at their last checkpoints: handed back at once,
                 // not when the leases would have expired.
                 if let Err(error) = store.release_leases(&settings.run_id).await {

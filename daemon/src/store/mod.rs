@@ -43,7 +43,7 @@ pub use phases::{PhaseTask, LEASE_MS};
 pub use pipeline::{AppliedPipeline, AppliedStep, PlannedStep, StepAction};
 pub use read::{EventFilter, TaskFilter};
 pub use request_ids::{Answer, Once, RequestKey, KEEP_MS as REQUEST_ID_KEEP_MS};
-pub use schedules::DueSchedule;
+pub use schedules::{DueSchedule, FiringClaim};
 pub use sql::Failure;
 pub use views::{Detail, EventView, PlanSummary, PlanView, TaskPage, TaskView};
 pub use write::{NewTask, SpecUpdate, TaskUpdate, WrittenTodos};
@@ -70,9 +70,20 @@ async fn create_named_schema(conn: &mut sqlx::PgConnection) -> Result<(), Error>
             .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
         && !named.starts_with(|c: char| c.is_ascii_digit());
     if current.is_none() && plain {
-        sqlx::raw_sql(&format!("CREATE SCHEMA IF NOT EXISTS {named}"))
+        let created = sqlx::raw_sql(&format!("CREATE SCHEMA IF NOT EXISTS {named}"))
             .execute(&mut *conn)
-            .await?;
+            .await;
+        // Daemons starting together race to create it: one wins, the
+        // others' IF NOT EXISTS can still fail on the catalog's unique key.
+        if let Err(e) = created {
+            let raced = e
+                .as_database_error()
+                .and_then(|d| d.code())
+                .is_some_and(|code| code == "23505" || code == "42P06");
+            if !raced {
+                return Err(e.into());
+            }
+        }
     }
     Ok(())
 }
@@ -150,6 +161,18 @@ impl Error {
         match self {
             Error::Sqlite { failure, .. } | Error::Postgres { failure, .. } => Some(*failure),
             _ => None,
+        }
+    }
+
+    /// A failure that says nothing about the write itself and may pass if
+    /// it is tried again: the database busy (a lock wait that timed out,
+    /// a serialisation failure), no connection free, or the connection to
+    /// PostgreSQL lost (no SQLSTATE). Nothing was committed.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            Error::Overloaded(_) => true,
+            Error::Postgres { code, .. } if code.is_empty() => true,
+            _ => self.failure() == Some(Failure::Busy),
         }
     }
 }
@@ -291,7 +314,14 @@ impl Store {
     /// `shared`: other stores may serve the database at the same time, so
     /// leases held by other daemon runs are judged by their expiry.
     async fn connect_postgres(options: PgConnectOptions, shared: bool) -> Result<Store, Error> {
-        let mut migrating = sqlx::PgConnection::connect_with(&options).await?;
+        // Connecting is bounded (a server that does not answer); the
+        // migrations themselves are not, since they may take long.
+        let mut migrating = tokio::time::timeout(
+            Duration::from_secs(75),
+            sqlx::PgConnection::connect_with(&options),
+        )
+        .await
+        .map_err(|_| postgres::lost("connecting to the database timed out"))??;
         create_named_schema(&mut migrating).await?;
         POSTGRES_MIGRATOR.run(&mut migrating).await?;
         sqlx::Connection::close(migrating).await?;
@@ -463,10 +493,12 @@ impl Store {
     /// Runs `body` as one `BEGIN IMMEDIATE` transaction on the writer and, once
     /// it has committed, publishes the newest event sequence it wrote.
     ///
-    /// This runs on the async worker, fsync included. There is one writer
-    /// connection, so at most one worker is ever inside a write; handing the
-    /// work to another thread (block_in_place) cost more per write (about
-    /// 0.2 ms in the bench) than the blocking it would spare.
+    /// On SQLite this runs on the async worker, fsync included. There is one
+    /// writer connection, so at most one worker is ever inside a write;
+    /// handing the work to another thread (block_in_place) cost more per
+    /// write (about 0.2 ms in the bench) than the blocking it would spare.
+    /// On PostgreSQL, where a write may wait seconds for another daemon's,
+    /// it does hand the worker over (`Conn::blocking`).
     ///
     /// The writer watch sees the write wait and hold the writer; the holder
     /// is named by its caller, the store method.

@@ -81,7 +81,7 @@ async fn connect(options: &PgConnectOptions) -> Result<PgConnection, Error> {
 
 /// The connection itself failed (no SQLSTATE): it is replaced before the
 /// next transaction.
-fn lost(message: &str) -> Error {
+pub(super) fn lost(message: &str) -> Error {
     Error::Postgres {
         failure: Failure::Other,
         code: String::new(),

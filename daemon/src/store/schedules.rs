@@ -13,6 +13,16 @@ use crate::domain::schedule::Schedule;
 use crate::domain::{self, Change, Kind, Status, TaskId};
 
 /// A schedule that is due, with what its firing needs of the task.
+/// Whether this daemon fires a due slot (see [`Store::claim_firing`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FiringClaim {
+    /// Another daemon fires it, or it is not due (yet, or any more).
+    Refused,
+    /// This daemon fires it; on a shared database, at the database's time
+    /// (the slots it passed, and the next, are counted from that).
+    Mine { database_now: Option<i64> },
+}
+
 #[derive(Debug, Clone)]
 pub struct DueSchedule {
     pub task: TaskId,
@@ -301,11 +311,13 @@ impl Store {
 
     /// Claims the firing of `id`'s slot `due_at` for daemon run `holder`,
     /// for `term` (the firing's work must end within it, or another daemon
-    /// may fire the slot too). True when this daemon is to fire it: always
-    /// when the database is not shared. False when the slot is no longer
-    /// due, another daemon's claim on it is live, or (`holder_only`: a
-    /// re-measurement, which holds the run through the gate of the daemon
-    /// running it) another daemon's run holds the task.
+    /// may fire the slot too). Always this daemon's when the database is
+    /// not shared. Refused when the slot is not due on the database's clock
+    /// (a daemon whose own clock runs ahead fires nothing early) or no
+    /// longer the schedule's, when another daemon's claim on it is live,
+    /// or (`holder_only`: a re-measurement, which holds the run through the
+    /// gate of the daemon running it) when a run of another daemon holds
+    /// the task, live or not.
     pub async fn claim_firing(
         &self,
         id: TaskId,
@@ -313,21 +325,22 @@ impl Store {
         holder: &str,
         term: std::time::Duration,
         holder_only: bool,
-    ) -> Result<bool, Error> {
+    ) -> Result<FiringClaim, Error> {
         if !self.is_shared() {
-            return Ok(true);
+            return Ok(FiringClaim::Mine { database_now: None });
         }
         let holder = holder.to_string();
         let term_ms = term.as_millis() as i64;
         self.write(move |db| {
             let now = db.clock_ms()?;
             let due = db.query_row(
-                "SELECT 1 FROM schedules WHERE task_id = ? AND next_fire_at = ?",
-                &[id.0.into(), due_at.into()],
+                "SELECT 1 FROM schedules WHERE task_id = ? AND next_fire_at = ? \
+                 AND next_fire_at <= ?",
+                &[id.0.into(), due_at.into(), now.into()],
                 |_| Ok(()),
             )?;
             if due.is_none() {
-                return Ok((false, None));
+                return Ok((FiringClaim::Refused, None));
             }
             let claimed = db.query_row(
                 "SELECT holder FROM schedule_claims WHERE task_id = ? AND due_at = ? \
@@ -336,13 +349,12 @@ impl Store {
                 |row| Ok(row.text(0)?.to_string()),
             )?;
             if claimed.is_some_and(|h| h != holder) {
-                return Ok((false, None));
+                return Ok((FiringClaim::Refused, None));
             }
             if holder_only {
                 let run_holder = db.query_row(
-                    "SELECT t.lease_owner FROM tasks t JOIN phase_leases l ON l.task_id = t.id \
-                     WHERE t.id = ? AND t.status = 'in_progress' AND l.expires_at > ?",
-                    &[id.0.into(), now.into()],
+                    "SELECT t.lease_owner FROM tasks t WHERE t.id = ? AND t.status = 'in_progress'",
+                    &[id.0.into()],
                     |row| Ok(row.opt_text(0)?.map(str::to_string)),
                 )?;
                 let prefix = format!("{holder}.");
@@ -350,7 +362,7 @@ impl Store {
                     .flatten()
                     .is_some_and(|owner| !owner.starts_with(&prefix))
                 {
-                    return Ok((false, None));
+                    return Ok((FiringClaim::Refused, None));
                 }
             }
             db.execute(
@@ -365,7 +377,12 @@ impl Store {
                     (now + term_ms).into(),
                 ],
             )?;
-            Ok((true, None))
+            Ok((
+                FiringClaim::Mine {
+                    database_now: Some(now),
+                },
+                None,
+            ))
         })
         .await
     }

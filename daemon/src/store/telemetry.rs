@@ -42,9 +42,10 @@ impl Store {
                         row.opt_text(4)?.unwrap_or(""),
                     );
                     figures.drift_events = row.int(5)?.max(0) as u64;
-                    figures.lease = match row.opt_text(6)? {
-                        Some(holder) => Some((holder.to_string(), row.opt_int(7)?)),
-                        None => None,
+                    // An expiry of 0: handed back at a clean stop.
+                    figures.lease = match (row.opt_text(6)?, row.opt_int(7)?) {
+                        (_, Some(0)) | (None, _) => None,
+                        (Some(holder), expires) => Some((holder.to_string(), expires)),
                     };
                     figures.takeovers = row.int(8)?.max(0) as u64;
                     Ok(figures)

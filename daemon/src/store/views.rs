@@ -133,9 +133,10 @@ impl TaskView {
             schedule: owned(row.opt_text(18)?),
             owner: owned(row.opt_text(19)?),
             metadata: owned(row.opt_text(20)?),
-            lease: match row.opt_text(21)? {
-                Some(holder) => Some((holder.to_string(), row.opt_int(22)?)),
-                None => None,
+            // An expiry of 0: handed back at a clean stop; nobody holds it.
+            lease: match (row.opt_text(21)?, row.opt_int(22)?) {
+                (_, Some(0)) | (None, _) => None,
+                (Some(holder), expires) => Some((holder.to_string(), expires)),
             },
         })
     }
