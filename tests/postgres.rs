@@ -67,8 +67,7 @@ fn a_database_that_is_not_postgres_is_refused_by_name() {
 async fn several_daemons_serve_one_database_and_outlive_a_kill() {
     let first_dir = tempfile::tempdir().unwrap();
     let second_dir = tempfile::tempdir().unwrap();
-    let Some(url) = Store::test_database_url(first_dir.path()) else {
-        eprintln!("no PostgreSQL server (TODOD_TEST_DATABASE_URL): not run");
+    let Some(url) = todod_e2e::postgres_only(first_dir.path()) else {
         return;
     };
     let mut first = RealDaemon::spawn(first_dir.path());
@@ -104,8 +103,7 @@ async fn several_daemons_serve_one_database_and_outlive_a_kill() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_live_lease_is_not_taken_and_a_released_one_is_taken_at_once() {
     let dir = tempfile::tempdir().unwrap();
-    let Some(url) = Store::test_database_url(dir.path()) else {
-        eprintln!("no PostgreSQL server (TODOD_TEST_DATABASE_URL): not run");
+    let Some(url) = todod_e2e::postgres_only(dir.path()) else {
         return;
     };
     let first = Store::connect(&url).await.unwrap();
@@ -155,8 +153,7 @@ async fn a_live_lease_is_not_taken_and_a_released_one_is_taken_at_once() {
 async fn a_write_cancelled_while_waiting_for_the_lock_leaves_the_writer_usable() {
     use sqlx::Connection;
     let dir = tempfile::tempdir().unwrap();
-    let Some(url) = Store::test_database_url(dir.path()) else {
-        eprintln!("no PostgreSQL server (TODOD_TEST_DATABASE_URL): not run");
+    let Some(url) = todod_e2e::postgres_only(dir.path()) else {
         return;
     };
     let store = Store::connect(&url).await.unwrap();
@@ -233,8 +230,7 @@ async fn a_due_slot_is_claimed_by_one_daemon_until_its_claim_expires() {
     use todod::domain::schedule::{Action, Schedule};
     use todod::store::FiringClaim;
     let dir = tempfile::tempdir().unwrap();
-    let Some(url) = Store::test_database_url(dir.path()) else {
-        eprintln!("no PostgreSQL server (TODOD_TEST_DATABASE_URL): not run");
+    let Some(url) = todod_e2e::postgres_only(dir.path()) else {
         return;
     };
     let (a, b) = (
@@ -317,14 +313,16 @@ async fn a_due_slot_is_claimed_by_one_daemon_until_its_claim_expires() {
     ));
 }
 
-/// A schema's name may be as long as PostgreSQL allows (63 bytes); the
-/// commit announcements' channel, named after it, must still work, and the
-/// writes that announce must go through.
+/// A schema's name may be as long as PostgreSQL allows (63 bytes): the
+/// writes that announce their commits on a channel named after it must go
+/// through (they failed with "channel name too long" when the channel was
+/// the schema's name), and another store hears of them (by the
+/// announcement or, missing one, the poll each second: this does not tell
+/// which).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_schema_with_the_longest_name_serves_and_announces() {
     let dir = tempfile::tempdir().unwrap();
-    let Some(url) = Store::test_database_url(dir.path()) else {
-        eprintln!("no PostgreSQL server (TODOD_TEST_DATABASE_URL): not run");
+    let Some(url) = todod_e2e::postgres_only(dir.path()) else {
         return;
     };
     let base = url.split("?options=").next().unwrap();

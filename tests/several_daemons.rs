@@ -7,7 +7,6 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use todod::store::Store;
 use todod_e2e::gen::{self, assert_result_matches, prompt_texts, write_prompts, written};
 use todod_e2e::mock_openai::{MockOpenAi, Settings};
 use todod_e2e::{create_generation, proto, task_events, Client, RealDaemon};
@@ -31,8 +30,7 @@ fn daemon_with_lease(state: &Path, url: &str, lease: &str, env: &[(&str, &str)])
 
 /// The process id in a lease holder (`HOST-PID-NANOS.N`).
 fn holder_pid(holder: &str) -> u32 {
-    let run = holder.rsplit_once('.').map_or(holder, |(run, _)| run);
-    let mut parts = run.rsplit('-');
+    let mut parts = todod_e2e::proto::lease::run_of(holder).rsplit('-');
     parts.next(); // the nanoseconds
     parts
         .next()
@@ -108,8 +106,7 @@ async fn three_daemons_share_a_generation_through_a_pause_and_a_kill() {
     // at (the lease in /metrics and `todoctl status`), under load too.
     const PROMPTS: usize = 8000;
     let shared = tempfile::tempdir().unwrap();
-    let Some(url) = Store::test_database_url(shared.path()) else {
-        eprintln!("no PostgreSQL server (TODOD_TEST_DATABASE_URL): not run");
+    let Some(url) = todod_e2e::postgres_only(shared.path()) else {
         return;
     };
     let mock = MockOpenAi::start(Settings {
@@ -231,7 +228,7 @@ async fn three_daemons_share_a_generation_through_a_pause_and_a_kill() {
     assert_eq!(after_kill.status, "in_progress", "{after_kill:?}");
     {
         let lease = after_kill.lease.as_ref().expect("a running task's lease");
-        let run = lease.holder.rsplit_once('.').unwrap().0;
+        let run = todod_e2e::proto::lease::run_of(&lease.holder);
         let samples = todod_e2e::scrape::scrape(daemons[survivor_at].addr).await;
         let expiry = todod_e2e::scrape::sum(
             &samples,
@@ -308,8 +305,7 @@ async fn three_daemons_share_a_generation_through_a_pause_and_a_kill() {
 async fn a_daemon_an_hour_ahead_takes_no_live_lease() {
     const FAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
     let shared = tempfile::tempdir().unwrap();
-    let Some(url) = Store::test_database_url(shared.path()) else {
-        eprintln!("no PostgreSQL server (TODOD_TEST_DATABASE_URL): not run");
+    let Some(url) = todod_e2e::postgres_only(shared.path()) else {
         return;
     };
     assert!(

@@ -4,10 +4,17 @@
 //! attempt's number in that run. `todoctl status` and the status page show
 //! `HOST-PID` and `N`.
 
+/// The daemon run an attempt belongs to: `node-3-4121-18a2b3c4d5e6f` for
+/// `node-3-4121-18a2b3c4d5e6f.2` (the whole text if it has no `.N`).
+pub fn run_of(holder: &str) -> &str {
+    holder.rsplit_once('.').map_or(holder, |(run, _)| run)
+}
+
 /// `(daemon, attempt)`: `("node-3-4121", "2")` for
 /// `node-3-4121-18a2b3c4d5e6f.2`. A holder of another form is shown whole.
 pub fn holder_parts(holder: &str) -> (&str, &str) {
-    let (run, attempt) = holder.rsplit_once('.').unwrap_or((holder, ""));
+    let run = run_of(holder);
+    let attempt = holder.get(run.len() + 1..).unwrap_or("");
     let daemon = run.rsplit_once('-').map_or(run, |(daemon, _)| daemon);
     (daemon, attempt)
 }

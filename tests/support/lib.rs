@@ -269,6 +269,17 @@ pub fn todod_command(state_dir: &Path, args: &[&str]) -> Command {
     command
 }
 
+/// The URL of a PostgreSQL schema of `dir`'s for a test about PostgreSQL
+/// alone; `None`, saying so, when the suite runs without a server
+/// (`TODOD_TEST_DATABASE_URL`: CI's PostgreSQL step sets it).
+pub fn postgres_only(dir: &Path) -> Option<String> {
+    let url = Store::test_database_url(dir);
+    if url.is_none() {
+        eprintln!("no PostgreSQL server (TODOD_TEST_DATABASE_URL): not run");
+    }
+    url
+}
+
 /// True, and says so, when the suite runs against PostgreSQL
 /// (`TODOD_TEST_DATABASE_URL`) and the test is about SQLite alone (`why`:
 /// its file, its backups); the SQLite run covers it.

@@ -186,14 +186,22 @@ async fn commit(
         .await
     {
         Ok(()) => Ok(Some(())),
-        Err(StoreError::Fenced { .. }) => Ok(None),
-        // Not the run's fault (the database busy or out of reach): it stops
-        // at its last checkpoint and is taken up again, not failed.
-        Err(e) if e.is_transient() => {
-            tracing::warn!(task = %run.task, error = %e, "checkpoint not committed; the run stops and resumes");
-            Ok(None)
+        Err(e) => refused(e).map(|()| None),
+    }
+}
+
+/// What a checkpoint the store did not commit means for the run: `Ok` when
+/// it is to stop at its last checkpoint (it lost its task, or the database
+/// was busy or out of reach, which is not the run's fault: it is taken up
+/// again, not failed), `Err` with the message that fails it.
+fn refused(error: StoreError) -> Result<(), String> {
+    match error {
+        StoreError::Fenced { .. } => Ok(()),
+        e if e.is_transient() => {
+            tracing::warn!(error = %e, "checkpoint not committed; the run stops and resumes");
+            Ok(())
         }
-        Err(e) => Err(format!("cannot commit the checkpoint: {e}")),
+        e => Err(format!("cannot commit the checkpoint: {e}")),
     }
 }
 
@@ -725,13 +733,7 @@ impl Committer<'_, '_> {
             .await
         {
             Ok(()) => {}
-            Err(StoreError::Fenced { .. }) => return Ok(false),
-            // As in `commit`: stop at the last checkpoint, to be resumed.
-            Err(e) if e.is_transient() => {
-                tracing::warn!(error = %e, "checkpoint not committed; the run stops and resumes");
-                return Ok(false);
-            }
-            Err(e) => return Err(format!("cannot commit the checkpoint: {e}")),
+            Err(e) => return refused(e).map(|()| false),
         }
         self.commits.observe(began.elapsed().as_secs_f64());
         let committed = Instant::now();

@@ -8,6 +8,7 @@ use super::persist;
 use super::sql::{Db, Param};
 use super::{now_ms, Error, Store, TaskView, WriteContext};
 use crate::domain::{self, Change, Kind, Status, TaskId};
+use todod_proto::lease::run_of;
 
 /// A phase task the runtime may have to act on.
 #[derive(Debug, Clone)]
@@ -38,13 +39,9 @@ impl PhaseTask {
     }
 }
 
-/// The daemon run an attempt token belongs to (`RUN.N`).
-fn run_of(attempt: &str) -> &str {
-    attempt.rsplit_once('.').map_or(attempt, |(run, _)| run)
-}
-
-/// How long a lease lasts unless its run renews it (the runtime does, every
-/// `LEASE_MS / 3`). Only a shared database judges it: alone on a database, a
+/// How long a lease lasts by default unless its run renews it
+/// ([`Store::set_lease`], `--lease`; `phase::lease_keeper` renews every
+/// third of it). Only a shared database judges it: alone on a database, a
 /// daemon knows that a holder of another run is dead.
 pub const LEASE_MS: i64 = 30_000;
 

@@ -250,9 +250,7 @@ impl Telemetry {
         for p in &scrape.phases {
             if let Some((holder, expires)) = &p.lease {
                 // The daemon run, not the attempt: one series per holder.
-                let run = holder
-                    .rsplit_once('.')
-                    .map_or(holder.as_str(), |(run, _)| run);
+                let run = todod_proto::lease::run_of(holder);
                 lease_expiry
                     .get_or_create(&HolderLabels {
                         task: p.task.clone(),
