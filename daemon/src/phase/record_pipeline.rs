@@ -790,3 +790,45 @@ pub fn reject_line(
     }
     files.line(index, &value)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::refused;
+    use crate::store::{Error, Failure};
+
+    /// A checkpoint the store refused stops the run (to be resumed) when the
+    /// run lost its task or the database was busy or out of reach, and fails
+    /// it only for anything else.
+    #[test]
+    fn a_refused_checkpoint_stops_the_run_unless_the_refusal_is_its_own() {
+        let fenced = Error::Fenced {
+            task: crate::domain::TaskId(1),
+            attempt: "run.1".into(),
+        };
+        let busy = Error::Postgres {
+            failure: Failure::Busy,
+            code: "55P03".into(),
+            message: "lock timeout".into(),
+        };
+        let lost = Error::Postgres {
+            failure: Failure::Other,
+            code: String::new(),
+            message: "the connection to the database was lost".into(),
+        };
+        let overloaded = Error::Overloaded(std::time::Duration::from_secs(60));
+        for stops in [fenced, busy, lost, overloaded] {
+            assert_eq!(refused(stops), Ok(()));
+        }
+        let corrupt = refused(Error::Corrupt("bad row".into())).unwrap_err();
+        assert!(
+            corrupt.starts_with("cannot commit the checkpoint"),
+            "{corrupt}"
+        );
+        let constraint = Error::Postgres {
+            failure: Failure::Constraint,
+            code: "23505".into(),
+            message: "duplicate".into(),
+        };
+        assert!(refused(constraint).is_err());
+    }
+}
