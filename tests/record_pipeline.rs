@@ -128,6 +128,7 @@ async fn bench(lines: usize) -> (Bench, Vec<i64>) {
         task,
         kind: Kind::named("tokenization"),
         attempt,
+        shard: None,
         spec: "{}".into(),
         store,
         stop,
@@ -186,6 +187,7 @@ async fn run_with(b: &Bench, processor: Processor<Squares>) -> Result<Option<Pha
         input: b.input.clone(),
         files: vec![b.out.clone(), b.rejects.clone()],
         existing: Existing::Refuse,
+        shard: None,
     };
     let phase = Arc::new(Squares);
     let Some((state, outputs)) = record_pipeline::open(&b.context, &phase, state, &plan).await?
@@ -462,6 +464,7 @@ async fn a_changed_input_stops_the_resume() {
         input: b.input.clone(),
         files: vec![b.out.clone(), b.rejects.clone()],
         existing: Existing::Refuse,
+        shard: None,
     };
     let opened =
         record_pipeline::open(&b.context, &Arc::new(Squares), PhaseState::default(), &plan)

@@ -304,6 +304,13 @@ pub struct GenerationResult {
     /// Against the feasibility projection it was held to, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub projection: Option<HeldOutcome>,
+    /// The shards it ran in, if it was sharded (its counts are theirs added
+    /// up, its files put together from their parts).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shards: Option<u32>,
+    /// The manifest naming the parts, if it was sharded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub manifest: Option<String>,
 }
 
 /// An adaptation's system prompts: kept, dropped, folded into the first

@@ -118,6 +118,7 @@ async fn main() {
                 identity: InputIdentity::of(&input).unwrap(),
                 lines: TOTAL,
                 duplicates: 0,
+                shard: None,
             }),
             cursor: Cursor {
                 next: DONE + 1,

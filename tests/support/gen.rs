@@ -129,3 +129,74 @@ pub fn assert_result_matches(task: &proto::Task, files: &Written, context: &str)
         "{context}: progress.total"
     );
 }
+
+/// What the part files of shard `index` of a generation into
+/// `dir/out.jsonl` hold (`out.part-0000.jsonl`, ...).
+pub fn written_part(dir: &Path, prompts: &HashMap<String, String>, index: u32) -> Written {
+    let part = |name: &str, ext: &str| dir.join(format!("{name}.part-{index:04}.{ext}"));
+    let mut w = Written::default();
+    for record in lines(&part("out", "jsonl")) {
+        let id = record["id"].as_str().unwrap().to_string();
+        assert_eq!(record["content"], expected_content(&prompts[&id]), "{id}");
+        w.tokens += record["usage"]["completion_tokens"].as_u64().unwrap_or(0);
+        w.records += 1;
+        *w.ids.entry(id).or_default() += 1;
+    }
+    for record in lines(&part("out.jsonl.failures", "jsonl")) {
+        let id = record["id"].as_str().unwrap().to_string();
+        w.failed += 1;
+        *w.ids.entry(id).or_default() += 1;
+    }
+    w.rejected = lines(&part("out.jsonl.rejects", "jsonl")).len() as u64;
+    w
+}
+
+/// Holds a sharded generation's files against each other: the output,
+/// failures and rejects files are their parts put together in shard order
+/// (byte for byte), the manifest names every part, and each id is in one
+/// part only. Returns what the parts hold, added up.
+pub fn assert_parts_make_the_whole(
+    dir: &Path,
+    prompts: &HashMap<String, String>,
+    shards: u32,
+) -> Written {
+    let mut sum = Written::default();
+    for (name, ext) in [
+        ("out", "jsonl"),
+        ("out.jsonl.failures", "jsonl"),
+        ("out.jsonl.rejects", "jsonl"),
+    ] {
+        let mut joined = Vec::new();
+        for index in 0..shards {
+            let part = dir.join(format!("{name}.part-{index:04}.{ext}"));
+            joined.extend(std::fs::read(&part).unwrap_or_default());
+        }
+        let whole = std::fs::read(dir.join(format!("{name}.{ext}"))).unwrap_or_default();
+        assert!(
+            whole == joined,
+            "{name}.{ext} is not its parts put together ({} bytes against {})",
+            whole.len(),
+            joined.len()
+        );
+    }
+    for index in 0..shards {
+        let part = written_part(dir, prompts, index);
+        for (id, n) in part.ids {
+            *sum.ids.entry(id).or_default() += n;
+        }
+        sum.records += part.records;
+        sum.failed += part.failed;
+        sum.rejected += part.rejected;
+        sum.tokens += part.tokens;
+    }
+    let manifest: Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.join("out.jsonl.manifest.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(manifest["shards"], shards);
+    let files = manifest["files"].as_array().unwrap();
+    assert_eq!(files.len(), 3, "{manifest}");
+    assert_eq!(files[0]["lines"], sum.records, "{manifest}");
+    assert_eq!(files[0]["parts"].as_array().unwrap().len(), shards as usize);
+    sum
+}

@@ -8,6 +8,7 @@ pub mod graph;
 pub mod kind;
 pub mod model;
 pub mod schedule;
+pub mod shards;
 pub mod spec;
 pub mod time;
 pub mod todo_list;

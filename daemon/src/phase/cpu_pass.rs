@@ -15,6 +15,7 @@ pub fn plan(input: &Path, files: Vec<PathBuf>, overwrite: bool) -> PassPlan {
         input: input.to_path_buf(),
         files,
         existing: Existing::when(overwrite),
+        shard: None,
     }
 }
 

@@ -94,16 +94,7 @@ impl Gates {
     /// Registers the gate of a run of `task` with `concurrency` requests
     /// in flight at most.
     pub fn open(&self, task: TaskId, concurrency: usize) -> Registration {
-        let size = concurrency.clamp(1, Semaphore::MAX_PERMITS) as u32;
-        let gate = Arc::new(Gate {
-            permits: Arc::new(Semaphore::new(size as usize)),
-            size,
-            held: AtomicBool::new(false),
-            holds_ended: AtomicU64::new(0),
-            held_ms: AtomicU64::new(0),
-            rebase: Mutex::new(None),
-            ended: tokio::sync::Notify::new(),
-        });
+        let gate = Gate::alone(concurrency);
         self.0
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -125,6 +116,21 @@ impl Gates {
 }
 
 impl Gate {
+    /// A gate no re-measurement can find (a shard's run: a re-measurement
+    /// holds a whole task's run, which a sharded task does not have).
+    pub fn alone(concurrency: usize) -> Arc<Gate> {
+        let size = concurrency.clamp(1, Semaphore::MAX_PERMITS) as u32;
+        Arc::new(Gate {
+            permits: Arc::new(Semaphore::new(size as usize)),
+            size,
+            held: AtomicBool::new(false),
+            holds_ended: AtomicU64::new(0),
+            held_ms: AtomicU64::new(0),
+            rebase: Mutex::new(None),
+            ended: tokio::sync::Notify::new(),
+        })
+    }
+
     /// One request's pass; waits while the run is held.
     pub async fn pass(&self) -> Option<OwnedSemaphorePermit> {
         self.permits.clone().acquire_owned().await.ok()

@@ -3,7 +3,9 @@
 //! the runtime (a slow listing, a start waiting for the write lock) delays a
 //! renewal past the lease's end. Each renewal is given a third of the term;
 //! a renewal that fails or does not answer in time is tried at the next
-//! tick, and the runtime stops the runs whose lease may have lapsed.
+//! tick, and the runtime stops the runs whose lease may have lapsed. On a
+//! shared database it also renews the daemon's presence, runs or none,
+//! which the others count to share sharded tasks out.
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -33,10 +35,19 @@ impl LeaseKeeper {
         let runs = Arc::new(AtomicUsize::new(0));
         let (stamp, count) = (renewed.clone(), runs.clone());
         let task = tokio::spawn(async move {
+            // On a shared database the first renewal is at once: it says
+            // this daemon is alive, and the others then leave it its share
+            // of sharded tasks.
+            let mut first = store.is_shared();
             loop {
                 let every = renew_every(&store);
-                tokio::time::sleep(every).await;
-                if count.load(Ordering::Relaxed) == 0 {
+                if !first {
+                    tokio::time::sleep(every).await;
+                }
+                first = false;
+                // Alone on a database, nobody counts the daemons alive:
+                // nothing to renew while no run holds a lease.
+                if count.load(Ordering::Relaxed) == 0 && !store.is_shared() {
                     continue;
                 }
                 let sent = Instant::now();

@@ -30,8 +30,10 @@ pub mod plan_step;
 pub mod record_pipeline;
 pub mod runtime;
 pub mod sample;
+pub mod shards;
 pub mod spec;
 pub mod state;
+pub mod units;
 
 use std::sync::Arc;
 
@@ -50,6 +52,9 @@ pub struct RunContext {
     pub kind: crate::domain::Kind,
     /// This run's token: the store takes checkpoints and the end only from it.
     pub attempt: String,
+    /// The shard of the task this run runs, if the task is sharded; `None`
+    /// runs the whole task (or, for a sharded one, assembles its shards).
+    pub shard: Option<crate::domain::shards::Shard>,
     /// The task's spec, as the registry checked it at creation.
     pub spec: String,
     pub store: Store,

@@ -148,6 +148,8 @@ pub enum Processor<P: RecordPhase> {
 enum Done<O> {
     Record(O),
     Rejected(String),
+    /// Another shard's line: committed as seen, nothing written.
+    Skipped,
 }
 
 /// Lines with what they came to, as workers hand them to the committer.
@@ -160,6 +162,18 @@ pub struct PassPlan {
     /// the state (from an earlier pass) keep their committed content.
     pub files: Vec<PathBuf>,
     pub existing: Existing,
+    /// The shard whose lines the pass takes, if it is one shard's share.
+    pub shard: Option<crate::domain::shards::Shard>,
+}
+
+/// The key a pass's duplicate lines are kept under: the pass, and for a
+/// shard its shard too (a shard's retry pass reads its own failures part,
+/// whose line numbers are not another shard's).
+fn duplicates_key(run: &RunContext, pass: u32) -> u32 {
+    match run.shard {
+        Some(shard) => pass | ((shard.index + 1) << 16),
+        None => pass,
+    }
 }
 
 /// How a pass ended.
@@ -229,6 +243,7 @@ pub async fn open<P: RecordPhase>(
             identity: found.identity,
             lines: found.lines,
             duplicates: found.duplicates.len() as u64,
+            shard: plan.shard,
         });
         state.cursor = Default::default();
         state.complete = false;
@@ -248,7 +263,8 @@ pub async fn open<P: RecordPhase>(
         state
             .files
             .sort_by_key(|f| plan.files.iter().position(|p| p == &f.path));
-        if commit(run, &state, Some((state.pass, &found.duplicates)))
+        let key = duplicates_key(run, state.pass);
+        if commit(run, &state, Some((key, &found.duplicates)))
             .await?
             .is_none()
         {
@@ -339,7 +355,7 @@ pub async fn run<P: RecordPhase>(
     }
     let duplicates: HashSet<u64> = run
         .store
-        .phase_duplicates(run.task, state.pass, state.cursor.next)
+        .phase_duplicates(run.task, duplicates_key(run, state.pass), state.cursor.next)
         .await
         .map_err(|e| format!("cannot load the checkpoint: {e}"))?
         .into_iter()
@@ -402,10 +418,23 @@ pub async fn run<P: RecordPhase>(
                 }
             });
             let (phase, done_tx) = (phase.clone(), done_tx.clone());
+            let shard = input.shard;
             tokio::task::spawn_blocking(move || -> io::Result<()> {
                 let mut batch = Vec::with_capacity(CPU_BATCH);
+                let mut skipped = Vec::new();
                 while let Some(raw) = next_to_do(&mut reader, &cursor, lines)? {
                     let line = raw.line;
+                    if shard.is_some_and(|s| !s.owns(line.number)) {
+                        skipped.push((line, Done::Skipped));
+                        if skipped.len() >= CPU_BATCH
+                            && done_tx
+                                .blocking_send((0, std::mem::take(&mut skipped)))
+                                .is_err()
+                        {
+                            return Ok(());
+                        }
+                        continue;
+                    }
                     match screen(&*phase, raw, &duplicates) {
                         Ok(item) => batch.push((line, item)),
                         Err(reason) => {
@@ -424,6 +453,9 @@ pub async fn run<P: RecordPhase>(
                 if !batch.is_empty() {
                     let _ = batch_tx.blocking_send(batch);
                 }
+                if !skipped.is_empty() {
+                    let _ = done_tx.blocking_send((0, skipped));
+                }
                 Ok(())
             })
         }
@@ -432,6 +464,7 @@ pub async fn run<P: RecordPhase>(
             let (batch_tx, batch_rx) =
                 std::sync::mpsc::sync_channel::<(u64, Vec<RawLine>)>(threads * 2);
             let batch_rx = Arc::new(Mutex::new(batch_rx));
+            let shard = input.shard;
             for _ in 0..threads.max(1) {
                 let (batch_rx, done_tx, process, phase, duplicates) = (
                     batch_rx.clone(),
@@ -447,6 +480,9 @@ pub async fn run<P: RecordPhase>(
                         .into_iter()
                         .map(|raw| {
                             let line = raw.line;
+                            if shard.is_some_and(|s| !s.owns(line.number)) {
+                                return (line, Done::Skipped);
+                            }
                             match screen(&*phase, raw, &duplicates) {
                                 Ok(item) => (line, Done::Record(process(item))),
                                 Err(reason) => (line, Done::Rejected(reason)),
@@ -497,7 +533,7 @@ pub async fn run<P: RecordPhase>(
         delays: run.telemetry.record_commits(run.task, run.kind.as_str()),
         arrived: Vec::new(),
     };
-    committer.committed_at_start = committer.state.cursor.committed();
+    committer.committed_at_start = input.own_committed(&committer.state.cursor);
     let mut pending: BTreeMap<u64, DoneLines<P::Output>> = BTreeMap::new();
     let mut next_seq = 0u64;
     let mut stop = run.stop.clone();
@@ -668,6 +704,13 @@ impl Committer<'_, '_> {
                     files.counts.rejected += 1;
                     phase.reject(line, &reason, &mut files, stats)
                 }
+                Done::Skipped => {
+                    // Not counted in the batch: another shard's lines
+                    // alone are no reason to commit (they are skipped
+                    // again on a resume).
+                    self.progress.mark(line);
+                    continue;
+                }
             };
             written
                 .map_err(|e| format!("cannot write the output: {}", super::spec::plain_io(&e)))?;
@@ -760,11 +803,17 @@ impl Committer<'_, '_> {
         stats: &P::Stats,
         next: &PhaseState,
     ) -> Value {
-        let mut progress = phase.progress(stats, &next.counts, self.input);
-        let lines_now = next.cursor.committed() - self.committed_at_start;
+        // A shard's progress counts its own lines only.
+        let own = InputState {
+            lines: self.input.own_lines(),
+            ..self.input.clone()
+        };
+        let mut progress = phase.progress(stats, &next.counts, &own);
+        let committed = self.input.own_committed(&next.cursor);
+        let lines_now = committed.saturating_sub(self.committed_at_start);
         let elapsed = self.started.elapsed().as_secs_f64().max(0.001);
         let rate = lines_now as f64 / elapsed;
-        let left = self.input.lines.saturating_sub(next.cursor.committed()) as f64;
+        let left = own.lines.saturating_sub(committed) as f64;
         if let Value::Object(map) = &mut progress {
             map.insert("rate_per_second".into(), json!(rate));
             map.insert(

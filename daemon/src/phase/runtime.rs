@@ -20,9 +20,10 @@ use tokio::task::JoinSet;
 
 use super::files::SharedFs;
 use super::lease_keeper::{renew_every, LeaseKeeper};
+use super::units::{self, Look, Mine, Start, Unit};
 use super::{kinds, Boundaries, Ended, RunContext};
 use crate::domain::{Status, TaskId};
-use crate::store::{Error as StoreError, PhaseTask, Store};
+use crate::store::{Error as StoreError, PhaseTask, ShardRow, Store};
 
 /// Phase runs at once; more wait their turn.
 pub const MAX_RUNNING: usize = 4;
@@ -76,12 +77,44 @@ struct Running {
     taken: tokio::time::Instant,
 }
 
-/// Whether the runtime should start `task` now.
-fn should_start(task: &PhaseTask) -> bool {
-    match task.status {
-        Status::InProgress => true,
-        Status::Pending => task.ready && !task.held && kinds::auto_start(&task.spec),
-        _ => false,
+/// Starts what `start` says, if the store agrees; the run's unit and
+/// attempt when it started one.
+async fn begin(store: &Store, start: Start, run_id: &str) -> Option<(Unit, String)> {
+    let attempt = new_attempt(run_id);
+    let (unit, taken) = match start {
+        Start::Begin(unit) => (
+            unit,
+            store
+                .start_phase(unit.task, Some(&attempt))
+                .await
+                .map(|_| true),
+        ),
+        Start::Open(task) => {
+            let opened = store.start_phase(task, None).await;
+            if let Err(error) = opened {
+                if !matches!(error, StoreError::Rule(_) | StoreError::Fenced { .. }) {
+                    tracing::warn!(%task, %error, "cannot start phase");
+                }
+            }
+            return None;
+        }
+        Start::Take(unit) => (unit, store.take_lease(unit.task, &attempt).await),
+        Start::TakeShard(unit) => {
+            let shard = unit.shard.expect("a shard's unit");
+            (unit, store.take_shard(unit.task, shard, &attempt).await)
+        }
+    };
+    match taken {
+        Ok(true) => Some((unit, attempt)),
+        Ok(false) => None,
+        // Another change won the race (the task was cancelled or a
+        // dependency reopened, or another daemon on a shared database
+        // started it): nothing to start.
+        Err(StoreError::Rule(_) | StoreError::Fenced { .. }) => None,
+        Err(error) => {
+            tracing::warn!(%unit, %error, "cannot start phase");
+            None
+        }
     }
 }
 
@@ -89,8 +122,8 @@ fn should_start(task: &PhaseTask) -> bool {
 /// resumed by the next daemon.
 pub async fn run(store: Store, settings: Settings, mut shutdown: watch::Receiver<bool>) {
     let mut committed = store.subscribe();
-    let mut running: HashMap<TaskId, Running> = HashMap::new();
-    let mut active: JoinSet<TaskId> = JoinSet::new();
+    let mut running: HashMap<Unit, Running> = HashMap::new();
+    let mut active: JoinSet<Unit> = JoinSet::new();
     // The leases of this daemon's runs, renewed well before they end (on a
     // database several daemons share, an expired one is taken).
     let leases = LeaseKeeper::start(store.clone(), settings.run_id.clone());
@@ -100,9 +133,9 @@ pub async fn run(store: Store, settings: Settings, mut shutdown: watch::Receiver
     loop {
         leases.set_runs(running.len());
         if store.is_shared() {
-            for (id, run) in &running {
+            for (unit, run) in &running {
                 if leases.lapsed(&store, run.taken) && !*run.stop.borrow() {
-                    tracing::error!(task = %id, attempt = %run.attempt,
+                    tracing::error!(%unit, attempt = %run.attempt,
                         "the run's lease may have expired (renewals failed for a whole term); stopping it");
                     let _ = run.stop.send(true);
                 }
@@ -115,74 +148,7 @@ pub async fn run(store: Store, settings: Settings, mut shutdown: watch::Receiver
             store.runnable_phase_tasks().await
         };
         match tasks {
-            Ok(tasks) => {
-                // Tell runs whose task moved on (paused, cancelled, taken) to
-                // stop; they stay in the table until they have ended.
-                for (id, run) in &running {
-                    let holds = tasks.iter().any(|t| {
-                        t.id == *id
-                            && t.status == Status::InProgress
-                            && t.lease_owner.as_deref() == Some(run.attempt.as_str())
-                    });
-                    if !holds {
-                        let _ = run.stop.send(true);
-                    }
-                }
-                for task in tasks.iter().filter(|t| kinds::get(t.kind).is_some()) {
-                    if running.len() >= MAX_RUNNING || running.contains_key(&task.id) {
-                        continue;
-                    }
-                    if !should_start(task) {
-                        continue;
-                    }
-                    // Another daemon's run renews its lease: asking the
-                    // store to take it would only be refused (a write, with
-                    // every daemon asking after every commit).
-                    if store.is_shared() && task.held_elsewhere(&settings.run_id) {
-                        continue;
-                    }
-                    let attempt = new_attempt(&settings.run_id);
-                    // The lease's term is counted from inside the write,
-                    // after this.
-                    let taken = tokio::time::Instant::now();
-                    let started = match task.status {
-                        Status::InProgress => store.take_lease(task.id, &attempt).await,
-                        _ => store.start_phase(task.id, &attempt).await.map(|_| true),
-                    };
-                    match started {
-                        Ok(true) => {
-                            let (stop, stopped) = watch::channel(false);
-                            let context = RunContext {
-                                task: task.id,
-                                kind: task.kind,
-                                attempt: attempt.clone(),
-                                spec: task.spec.clone(),
-                                store: store.clone(),
-                                stop: stopped,
-                                fs: settings.fs.clone(),
-                                bounds: settings.bounds.clone(),
-                                gates: settings.gates.clone(),
-                                telemetry: settings.telemetry.clone(),
-                            };
-                            running.insert(
-                                task.id,
-                                Running {
-                                    attempt,
-                                    stop,
-                                    taken,
-                                },
-                            );
-                            active.spawn(run_one(task.kind, context));
-                        }
-                        Ok(false) => {}
-                        // Another change won the race (the task was cancelled
-                        // or a dependency reopened, or another daemon on a
-                        // shared database started it): nothing to start.
-                        Err(StoreError::Rule(_) | StoreError::Fenced { .. }) => {}
-                        Err(error) => tracing::warn!(task = %task.id, %error, "cannot start phase"),
-                    }
-                }
-            }
+            Ok(tasks) => look(&store, &settings, &tasks, &mut running, &mut active).await,
             Err(error) => tracing::error!(%error, "cannot list phase tasks"),
         }
         tokio::select! {
@@ -196,7 +162,7 @@ pub async fn run(store: Store, settings: Settings, mut shutdown: watch::Receiver
             _ = tokio::time::sleep(tick) => {}
             Some(ended) = active.join_next() => {
                 match ended {
-                    Ok(id) => { running.remove(&id); }
+                    Ok(unit) => { running.remove(&unit); }
                     // run_one catches panics; a join error means it was aborted.
                     Err(error) => tracing::error!(%error, "a phase run was lost"),
                 }
@@ -218,6 +184,112 @@ pub async fn run(store: Store, settings: Settings, mut shutdown: watch::Receiver
                 return;
             }
         }
+    }
+}
+
+/// One look at the phase tasks: stops the runs whose unit moved on (paused,
+/// cancelled, taken) or that this daemon should hand back, and starts what
+/// is to run.
+async fn look(
+    store: &Store,
+    settings: &Settings,
+    tasks: &[PhaseTask],
+    running: &mut HashMap<Unit, Running>,
+    active: &mut JoinSet<Unit>,
+) {
+    let sharded: Vec<TaskId> = tasks
+        .iter()
+        .filter(|t| t.status == Status::InProgress && units::shards_in(&t.spec) > 1)
+        .map(|t| t.id)
+        .collect();
+    let mut shards: HashMap<TaskId, Vec<ShardRow>> = HashMap::new();
+    match store.shards_of(&sharded).await {
+        Ok(rows) => {
+            for (task, row) in rows {
+                shards.entry(task).or_default().push(row);
+            }
+        }
+        Err(error) => {
+            tracing::error!(%error, "cannot list the shards of phase tasks");
+            return;
+        }
+    }
+    // Tell runs whose unit moved on to stop; they stay in the table until
+    // they have ended.
+    for (unit, run) in running.iter() {
+        if !units::holds(*unit, &run.attempt, tasks, &shards) {
+            let _ = run.stop.send(true);
+        }
+    }
+    let daemons = if store.is_shared() && !sharded.is_empty() {
+        match store.live_daemons().await {
+            Ok(n) => n.max(1),
+            Err(error) => {
+                tracing::warn!(%error, "cannot count the daemons alive");
+                1
+            }
+        }
+    } else {
+        1
+    };
+    let mine: Vec<Mine> = running
+        .iter()
+        .map(|(unit, run)| Mine {
+            unit: *unit,
+            stopping: *run.stop.borrow(),
+        })
+        .collect();
+    let (starts, stops) = units::plan(&Look {
+        tasks,
+        shards: &shards,
+        mine: &mine,
+        daemons,
+        shared: store.is_shared(),
+        run_id: &settings.run_id,
+        room: MAX_RUNNING.saturating_sub(running.len()),
+    });
+    for unit in stops {
+        if let Some(run) = running.get(&unit) {
+            tracing::info!(%unit, daemons, "more daemons share the task: handing this shard back");
+            let _ = run.stop.send(true);
+        }
+    }
+    for start in starts {
+        let task = match start {
+            Start::Begin(u) | Start::Take(u) | Start::TakeShard(u) => u.task,
+            Start::Open(task) => task,
+        };
+        let Some(task) = tasks.iter().find(|t| t.id == task) else {
+            continue;
+        };
+        // The lease's term is counted from inside the write, after this.
+        let taken = tokio::time::Instant::now();
+        let Some((unit, attempt)) = begin(store, start, &settings.run_id).await else {
+            continue;
+        };
+        let (stop, stopped) = watch::channel(false);
+        let context = RunContext {
+            task: task.id,
+            kind: task.kind,
+            attempt: attempt.clone(),
+            shard: unit.shard,
+            spec: task.spec.clone(),
+            store: store.clone(),
+            stop: stopped,
+            fs: settings.fs.clone(),
+            bounds: settings.bounds.clone(),
+            gates: settings.gates.clone(),
+            telemetry: settings.telemetry.clone(),
+        };
+        running.insert(
+            unit,
+            Running {
+                attempt,
+                stop,
+                taken,
+            },
+        );
+        active.spawn(run_one(task.kind, context));
     }
 }
 
@@ -250,7 +322,10 @@ async fn on_own_thread(kind: crate::domain::Kind, context: RunContext) -> Result
         None => 1,
     };
     let (done, ended) = tokio::sync::oneshot::channel();
-    let name = format!("{kind}-{}", context.task);
+    let name = match context.shard {
+        Some(shard) => format!("{kind}-{}-{}", context.task, shard.index),
+        None => format!("{kind}-{}", context.task),
+    };
     let spawned = std::thread::Builder::new().name(name).spawn(move || {
         let mut builder = if threads > 1 {
             let mut b = tokio::runtime::Builder::new_multi_thread();
@@ -331,12 +406,16 @@ async fn tell_dependencies(context: &RunContext, kind: crate::domain::Kind, resu
     }
 }
 
-/// Runs one attempt and records its end. Returns the task's id once the run
-/// is over and its end recorded (or refused), so that the task can be started
+/// Runs one attempt and records its end. Returns its unit once the run is
+/// over and its end recorded (or refused), so that the unit can be started
 /// again.
-async fn run_one(kind: crate::domain::Kind, context: RunContext) -> TaskId {
+async fn run_one(kind: crate::domain::Kind, context: RunContext) -> Unit {
     let id = context.task;
-    tracing::info!(task = %id, %kind, attempt = %context.attempt, "phase run starts");
+    let unit = Unit {
+        task: id,
+        shard: context.shard,
+    };
+    tracing::info!(%unit, %kind, attempt = %context.attempt, "phase run starts");
     let ended = match on_own_thread(kind, context.clone()).await {
         Ok(ended) => ended,
         Err(message) => {
@@ -361,11 +440,18 @@ async fn run_one(kind: crate::domain::Kind, context: RunContext) -> TaskId {
             (Err(error), Some(result), state)
         }
         Ended::Stopped => {
-            tracing::info!(task = %id, "phase run stopped; resumable from its checkpoint");
-            return id;
+            tracing::info!(%unit, "phase run stopped; resumable from its checkpoint");
+            // Stopped at its last checkpoint: another daemon may take it on
+            // at once (a shard handed back to share the work out, above all).
+            if context.store.is_shared() {
+                if let Err(error) = context.store.release_attempt(id, &context.attempt).await {
+                    tracing::warn!(%unit, %error, "cannot hand the stopped run's lease back");
+                }
+            }
+            return unit;
         }
     };
-    if let (Ok(()), Some(result)) = (&outcome, &result) {
+    if let (Ok(()), Some(result), None) = (&outcome, &result, context.shard) {
         tell_dependencies(&context, kind, result).await;
     }
     let state = state.map(|s| s.to_json());
@@ -384,15 +470,15 @@ async fn run_one(kind: crate::domain::Kind, context: RunContext) -> TaskId {
             .await
         {
             Ok(()) => {
-                tracing::info!(task = %id, ok = outcome.is_ok(), "phase run ended");
-                return id;
+                tracing::info!(%unit, ok = outcome.is_ok(), "phase run ended");
+                return unit;
             }
-            Err(StoreError::Fenced { .. }) => return id,
+            Err(StoreError::Fenced { .. }) => return unit,
             Err(error) => {
-                tracing::error!(task = %id, %error, ?wait, "cannot record the end of a phase run; retrying");
+                tracing::error!(%unit, %error, ?wait, "cannot record the end of a phase run; retrying");
                 tokio::select! {
                     _ = tokio::time::sleep(wait) => {}
-                    _ = super::stopped(&mut stop) => return id,
+                    _ = super::stopped(&mut stop) => return unit,
                 }
                 wait = (wait * 2).min(LONGEST_BACKOFF);
             }

@@ -23,6 +23,30 @@ pub struct InputState {
     pub lines: u64,
     /// Lines whose record id repeats an earlier line's (listed in the store).
     pub duplicates: u64,
+    /// The shard whose lines this pass takes (the others' are skipped),
+    /// if the pass is one shard's share of the input.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shard: Option<crate::domain::shards::Shard>,
+}
+
+impl InputState {
+    /// The lines this pass takes: all of them, or its shard's.
+    pub fn own_lines(&self) -> u64 {
+        self.shard.map_or(self.lines, |s| s.lines_of(self.lines))
+    }
+
+    /// How many of the lines `cursor` says are committed are this pass's.
+    pub fn own_committed(&self, cursor: &super::cursor::Cursor) -> u64 {
+        let Some(shard) = self.shard else {
+            return cursor.committed();
+        };
+        shard.count_in(1, cursor.next - 1)
+            + cursor
+                .ahead
+                .iter()
+                .map(|s| shard.count_in(s.first, s.last))
+                .sum::<u64>()
+    }
 }
 
 /// Counters of the current pass, kept by the record pipeline.
@@ -64,8 +88,17 @@ pub struct PhaseState {
 
 impl PhaseState {
     pub async fn load(store: &Store, task: TaskId) -> Result<Option<PhaseState>, String> {
+        PhaseState::load_of(store, task, None).await
+    }
+
+    /// The last checkpoint of `task`'s `shard` (of the whole task if `None`).
+    pub async fn load_of(
+        store: &Store,
+        task: TaskId,
+        shard: Option<u32>,
+    ) -> Result<Option<PhaseState>, String> {
         let Some(text) = store
-            .load_phase_state(task)
+            .load_phase_state(task, shard)
             .await
             .map_err(|e| format!("cannot load the checkpoint: {e}"))?
         else {

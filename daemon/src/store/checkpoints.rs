@@ -13,15 +13,19 @@ use super::sql::{Db, Param};
 use super::{now_ms, Error, Store};
 use crate::domain::{self, TaskId};
 
-/// Refuses a write from an attempt that no longer holds the task.
-pub(super) fn check_fence(db: &mut Db, task: TaskId, attempt: &str) -> Result<(), Error> {
+/// Refuses a write from an attempt that no longer holds the task (or its
+/// shard). Returns the shard the attempt holds, `None` for the whole task.
+pub(super) fn check_fence(db: &mut Db, task: TaskId, attempt: &str) -> Result<Option<u32>, Error> {
     let held = db.query_row(
         "SELECT 1 FROM tasks WHERE id = ? AND status = 'in_progress' AND lease_owner = ?",
         &[task.0.into(), attempt.into()],
         |_| Ok(()),
     )?;
-    match held {
-        Some(()) => Ok(()),
+    if held.is_some() {
+        return Ok(None);
+    }
+    match super::shards::shard_held(db, task, attempt)? {
+        Some(shard) => Ok(Some(shard)),
         None => Err(Error::Fenced {
             task,
             attempt: attempt.to_string(),
@@ -29,7 +33,16 @@ pub(super) fn check_fence(db: &mut Db, task: TaskId, attempt: &str) -> Result<()
     }
 }
 
-pub(super) fn save_state(db: &mut Db, task: TaskId, state: &str) -> Result<(), Error> {
+/// Replaces the checkpoint of the task, or of its `shard`.
+pub(super) fn save_state(
+    db: &mut Db,
+    task: TaskId,
+    shard: Option<u32>,
+    state: &str,
+) -> Result<(), Error> {
+    if let Some(shard) = shard {
+        return super::shards::save_state(db, task, shard, state);
+    }
     let params: [Param; 3] = [task.0.into(), state.into(), now_ms().into()];
     db.execute(
         "INSERT INTO phase_state (task_id, state, updated_at) VALUES (?, ?, ?) \
@@ -68,8 +81,22 @@ pub(super) fn record(
     .ok_or_else(|| domain::Error::task_not_found(id).into())
 }
 
-/// Stores a task's progress and records it as an event; returns its seq.
-pub(super) fn save_progress(db: &mut Db, id: TaskId, progress: &str) -> Result<i64, Error> {
+/// Stores a task's progress (or its `shard`'s, and the task's as the sum of
+/// its shards') and records it as an event; returns its seq.
+pub(super) fn save_progress(
+    db: &mut Db,
+    id: TaskId,
+    shard: Option<u32>,
+    progress: &str,
+) -> Result<i64, Error> {
+    let summed;
+    let progress = match shard {
+        Some(shard) => {
+            summed = super::shards::save_progress(db, id, shard, progress)?;
+            summed.as_str()
+        }
+        None => progress,
+    };
     db.execute(
         "UPDATE tasks SET progress = ?, updated_at = ? WHERE id = ?",
         &[progress.into(), now_ms().into(), id.0.into()],
@@ -78,9 +105,17 @@ pub(super) fn save_progress(db: &mut Db, id: TaskId, progress: &str) -> Result<i
 }
 
 impl Store {
-    /// The phase's last committed checkpoint, if it has one.
-    pub async fn load_phase_state(&self, task: TaskId) -> Result<Option<String>, Error> {
-        self.read(|db| {
+    /// The phase's last committed checkpoint (of its `shard`, if given), if
+    /// it has one.
+    pub async fn load_phase_state(
+        &self,
+        task: TaskId,
+        shard: Option<u32>,
+    ) -> Result<Option<String>, Error> {
+        self.read(move |db| {
+            if let Some(shard) = shard {
+                return super::shards::load_state(db, task, shard);
+            }
             db.query_row(
                 "SELECT state FROM phase_state WHERE task_id = ?",
                 &[task.0.into()],
@@ -137,8 +172,8 @@ impl Store {
             )
         });
         self.write(|db| {
-            check_fence(db, task, attempt)?;
-            save_state(db, task, state)?;
+            let shard = check_fence(db, task, attempt)?;
+            save_state(db, task, shard, state)?;
             if let Some((pass, lines)) = &lines {
                 let (insert, skip) = db.dialect().insert_or_skip();
                 let lines_of = db.dialect().json_ints("?");
@@ -169,10 +204,10 @@ impl Store {
         notice: Option<(&str, &str)>,
     ) -> Result<(), Error> {
         self.write(|db| {
-            check_fence(db, task, attempt)?;
-            save_state(db, task, state)?;
+            let shard = check_fence(db, task, attempt)?;
+            save_state(db, task, shard, state)?;
             let mut seq = match progress {
-                Some(progress) => Some(save_progress(db, task, progress)?),
+                Some(progress) => Some(save_progress(db, task, shard, progress)?),
                 None => None,
             };
             if let Some((kind, value)) = notice {

@@ -156,9 +156,11 @@ impl Store {
             .await
     }
 
-    /// Renews the leases of the tasks the runs of daemon run `run` hold, for
-    /// another [`Store::lease`]; returns how many. (It walks the leases, one row
-    /// per phase task, not the tasks.)
+    /// Renews the leases of the tasks and shards the runs of daemon run
+    /// `run` hold, for another [`Store::lease`], and the run's presence
+    /// (which other daemons count to share shards out); returns how many
+    /// leases. (It walks the leases, one row per phase task or shard, not
+    /// the tasks.)
     pub async fn renew_leases(&self, run: &str) -> Result<usize, Error> {
         let prefix = format!("{run}.");
         let lease_ms = self.lease_ms();
@@ -174,14 +176,16 @@ impl Store {
                     prefix.as_str().into(),
                 ],
             )?;
-            Ok((renewed, None))
+            let shards = super::shards::renew(db, &prefix, now + lease_ms)?;
+            super::shards::seen(db, run, lease_ms)?;
+            Ok((renewed + shards, None))
         })
         .await
     }
 
     /// Ends the leases of daemon run `run` at once (it is stopping cleanly,
     /// its runs stopped at their last checkpoint): another daemon may take
-    /// the tasks over without waiting for them to expire.
+    /// the tasks and shards over without waiting for them to expire.
     pub async fn release_leases(&self, run: &str) -> Result<usize, Error> {
         let prefix = format!("{run}.");
         self.write(move |db| {
@@ -191,15 +195,17 @@ impl Store {
                  WHERE t.status = 'in_progress' AND substr(t.lease_owner, 1, ?) = ?)",
                 &[(prefix.len() as i64).into(), prefix.as_str().into()],
             )?;
-            Ok((released, None))
+            let shards = super::shards::release(db, run, &prefix)?;
+            Ok((released + shards, None))
         })
         .await
     }
 
     /// Moves a ready pending phase task to in_progress for `attempt`, in one
     /// transaction. [`Error::Fenced`], with nothing written, if on a shared
-    /// database another daemon's run holds it.
-    pub async fn start_phase(&self, id: TaskId, attempt: &str) -> Result<TaskView, Error> {
+    /// database another daemon's run holds it. Without an attempt (a sharded
+    /// task, whose shards are taken one by one) nobody holds the task.
+    pub async fn start_phase(&self, id: TaskId, attempt: Option<&str>) -> Result<TaskView, Error> {
         let ctx = WriteContext {
             actor: DAEMON_ACTOR.into(),
             reason: "ready: started by the daemon".into(),
@@ -209,6 +215,9 @@ impl Store {
         let terms = self.terms();
         self.write(|db| {
             let (task, seq) = super::write::transition(db, id, Status::InProgress, &ctx)?;
+            let Some(attempt) = attempt else {
+                return Ok((task, seq));
+            };
             // On a shared database another daemon may have started it
             // first and hold it: then nothing here is written.
             let (taken, resumed) = take_lease(db, id, attempt, terms)?;
@@ -231,8 +240,8 @@ impl Store {
         progress: &str,
     ) -> Result<(), Error> {
         self.write(|db| {
-            check_fence(db, id, attempt)?;
-            Ok(((), Some(save_progress(db, id, progress)?)))
+            let shard = check_fence(db, id, attempt)?;
+            Ok(((), Some(save_progress(db, id, shard, progress)?)))
         })
         .await
     }
@@ -260,7 +269,10 @@ impl Store {
             request: None,
         };
         self.write(|db| {
-            check_fence(db, id, attempt)?;
+            if let Some(shard) = check_fence(db, id, attempt)? {
+                let seq = super::shards::finish_shard(db, id, shard, &outcome, result, state)?;
+                return Ok(((), seq));
+            }
             let (plan_id, revision) = db
                 .query_row(
                     "SELECT t.plan_id, p.revision FROM tasks t JOIN plans p ON p.id = t.plan_id \
@@ -293,7 +305,7 @@ impl Store {
                 last = Some(record(db, id, "result", Some(result), "")?);
             }
             if let Some(state) = state {
-                save_state(db, id, state)?;
+                save_state(db, id, None, state)?;
             }
             if to == Status::Completed {
                 // A finished generation has no run left to hold and measure.

@@ -445,7 +445,8 @@ pub(super) fn has_checkpoint(db: &mut Db, id: TaskId) -> Result<bool, Error> {
     Ok(db
         .query_row(
             "SELECT 1 FROM phase_state WHERE task_id = ?1 \
-             UNION ALL SELECT 1 FROM phase_checkpoints WHERE task_id = ?1",
+             UNION ALL SELECT 1 FROM phase_checkpoints WHERE task_id = ?1 \
+             UNION ALL SELECT 1 FROM phase_shards WHERE task_id = ?1 AND state IS NOT NULL",
             &[id.0.into()],
             |_| Ok(()),
         )?

@@ -116,6 +116,7 @@ fn convert_blocking(
             identity: crate::phase::files::InputIdentity::of(&input)?,
             lines: found.lines,
             duplicates: found.duplicates.len() as u64,
+            shard: None,
         }),
         cursor: progress.snapshot(),
         complete: false,

@@ -425,6 +425,8 @@ fn result(
             let remeasured = h.remeasured_ms.max(0) as f64 / 3.6e6;
             self::held::outcome(&h.vouch, hours, remeasured)
         }),
+        shards: None,
+        manifest: None,
     }
 }
 
@@ -581,8 +583,75 @@ async fn resumed_watch(run: &RunContext, held: &Held, concurrency: usize) -> Opt
     Some(Watch::new(vouch).calibrated(calibration))
 }
 
+impl Stats {
+    /// Adds another shard's counters to these.
+    fn add(&mut self, other: &Stats) {
+        self.records += other.records;
+        self.failed += other.failed;
+        self.retrying += other.retrying;
+        self.rejected += other.rejected;
+        self.tokens += other.tokens;
+        self.prompt_tokens += other.prompt_tokens;
+        self.length_finishes += other.length_finishes;
+        self.tool_call_finishes += other.tool_call_finishes;
+        self.tool_calls += other.tool_calls;
+        if !other.last_error.is_empty() {
+            self.last_error = other.last_error.clone();
+        }
+        for (class, n) in &other.failures_by_class {
+            *self.failures_by_class.entry(class.clone()).or_default() += n;
+        }
+        self.recent_errors.extend(other.recent_errors.iter().cloned());
+        let extra = self.recent_errors.len().saturating_sub(RECENT_ERRORS);
+        self.recent_errors.drain(..extra);
+    }
+}
+
+/// The end of a sharded generation, once every shard is done: the output,
+/// failures and rejects files put together from the parts, the manifest,
+/// and the result: the shards' counts added up.
+async fn assemble(run: &RunContext, spec: &GenerationSpec) -> Result<Ended, String> {
+    let parts = crate::phase::shards::shard_states(run, spec.shards).await?;
+    let mut total = Stats::default();
+    let mut passes = 0;
+    for (shard, state) in &parts {
+        let stats: Stats = state
+            .stats()
+            .map_err(|e| format!("{}: {e}", shard.label()))?;
+        total.add(&stats);
+        passes = passes.max(state.pass);
+    }
+    let (fs, finals, manifest) = (run.fs.clone(), spec.files(), spec.manifest());
+    let overwrite = spec.overwrite;
+    let joined = parts.clone();
+    tokio::task::spawn_blocking(move || {
+        crate::phase::shards::assemble(&*fs, &finals, &joined, &manifest, overwrite)
+    })
+    .await
+    .map_err(|e| format!("putting the shards together failed: {e}"))?
+    .map_err(|e| format!("cannot put the shards together: {}", crate::phase::spec::plain_io(&e)))?;
+    let state = PhaseState {
+        pass: passes,
+        ..PhaseState::default()
+    };
+    let mut result = result(spec, &total, &state, None);
+    result.shards = Some(spec.shards);
+    result.manifest = Some(spec.manifest().display().to_string());
+    Ok(Ended::Completed {
+        result: serde_json::to_string(&result).unwrap_or_default(),
+        state: None,
+    })
+}
+
 /// Runs (or resumes) one attempt; `Err` breaks it off (see `kind.rs`).
 async fn run_inner(run: &RunContext, spec: GenerationSpec) -> Result<Ended, String> {
+    // A sharded generation's runs each run a shard, with its own part
+    // files; the run that holds the whole task puts them together.
+    let spec = match (spec.shards > 1, run.shard) {
+        (false, _) => spec,
+        (true, Some(shard)) => spec.for_shard(shard),
+        (true, None) => return assemble(run, &spec).await,
+    };
     let vouched = held::of(&run.store, run.task).await?;
     let concurrency = match (spec.concurrency, &vouched) {
         (Some(c), _) => c,
@@ -595,6 +664,14 @@ async fn run_inner(run: &RunContext, spec: GenerationSpec) -> Result<Ended, Stri
             )
         }
     };
+    // The shards together keep the task's concurrency in flight, not one
+    // each: a shard takes its share.
+    let concurrency = run.shard.map_or(concurrency, |shard| {
+        crate::domain::shards::split_concurrency(concurrency, shard.of)
+    });
+    // A shard's run is not held to the feasibility's projection (made for
+    // the whole task at its level), nor re-measured: the task has no one run.
+    let vouched = vouched.filter(|_| run.shard.is_none());
     let started_at_ms = run
         .store
         .get_task(run.task)
@@ -607,8 +684,10 @@ async fn run_inner(run: &RunContext, spec: GenerationSpec) -> Result<Ended, Stri
         started_at_ms,
         remeasured_ms: 0,
     });
-    let mut state = match PhaseState::load(&run.store, run.task).await? {
+    let shard = run.shard.map(|s| s.index);
+    let mut state = match PhaseState::load_of(&run.store, run.task, shard).await? {
         Some(state) => state,
+        None if shard.is_some() => PhaseState::default(),
         None => match legacy::convert(run, &spec).await? {
             legacy::Legacy::None => PhaseState::default(),
             legacy::Legacy::Converted(state) => *state,
@@ -649,8 +728,16 @@ async fn run_inner(run: &RunContext, spec: GenerationSpec) -> Result<Ended, Stri
         Some(h) => resumed_watch(run, h, concurrency).await,
         None => None,
     };
-    let registration = run.gates.open(run.task, concurrency);
-    let gate = registration.gate();
+    // A re-measurement holds a whole task's run through its registered
+    // gate; a shard's gate is its own.
+    let registration = run
+        .shard
+        .is_none()
+        .then(|| run.gates.open(run.task, concurrency));
+    let gate = match &registration {
+        Some(registration) => registration.gate(),
+        None => Gate::alone(concurrency),
+    };
     let phase = Arc::new(Generation {
         retry: setup.retry_input.is_some(),
         spec: spec.clone(),
@@ -673,6 +760,8 @@ async fn run_inner(run: &RunContext, spec: GenerationSpec) -> Result<Ended, Stri
         input,
         files: spec.files(),
         existing: Existing::when(spec.overwrite && state.pass == 0),
+        // A retry pass reads the shard's own failures part: every line is its.
+        shard: run.shard.filter(|_| setup.retry_input.is_none()),
     };
     let Some((state, outputs)) = record_pipeline::open(run, &phase, state, &plan).await? else {
         return Ok(Ended::Stopped);

@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
+use crate::domain::shards::{Shard, MAX_SHARDS};
 use crate::domain::Claim;
 use crate::domain::{Error, Kind};
 use crate::inference::Api;
@@ -22,6 +23,7 @@ pub const OUTPUT_FIELDS: &[&str] = &[
     "max_tokens",
     "id_field",
     "keep_prompt",
+    "shards",
 ];
 
 /// `concurrency`: a number, or "auto" (the level a feasibility dependency chose).
@@ -80,6 +82,8 @@ struct Raw {
     max_failed_share: Option<f64>,
     #[serde(default)]
     keep_prompt: Option<bool>,
+    #[serde(default)]
+    shards: Option<i64>,
 }
 
 /// A checked generation spec.
@@ -110,6 +114,9 @@ pub struct GenerationSpec {
     pub max_failed_share: f64,
     /// Each output record carries its prompt (`messages` or `prompt`).
     pub keep_prompt: bool,
+    /// Shards the prompts are split into, run at once by as many runs (on
+    /// one daemon or several): 1, the default, is not split.
+    pub shards: u32,
 }
 
 /// What checking a spec gives the registry.
@@ -189,6 +196,22 @@ impl GenerationSpec {
             claims,
             spec,
         })
+    }
+
+    /// The spec one shard's run works to: its part files (its share of the
+    /// concurrency is the run's to take, once "auto" is resolved).
+    pub fn for_shard(&self, shard: Shard) -> GenerationSpec {
+        GenerationSpec {
+            output: shard.part_path(&self.output),
+            failures: shard.part_path(&self.failures),
+            rejects: shard.part_path(&self.rejects),
+            ..self.clone()
+        }
+    }
+
+    /// Where a sharded generation says which parts make its files.
+    pub fn manifest(&self) -> PathBuf {
+        beside(&self.output, ".manifest.json")
     }
 
     /// The output files in the order the phase indexes them.
@@ -284,5 +307,6 @@ fn typed(raw: Raw) -> Result<GenerationSpec, Error> {
         overwrite: raw.overwrite.unwrap_or(false),
         max_failed_share: check::share("max_failed_share", raw.max_failed_share.unwrap_or(0.01))?,
         keep_prompt: raw.keep_prompt.unwrap_or(true),
+        shards: check::int_in("shards", raw.shards.unwrap_or(1), 1..=i64::from(MAX_SHARDS))? as u32,
     })
 }

@@ -1,0 +1,145 @@
+//! Sharded generations on one daemon: the shards run at once, each with its
+//! own checkpoint and part files; the task completes once every shard has,
+//! with its files put together from the parts and a manifest, and counts
+//! that are the sum of its shards'. (Several daemons sharing the shards:
+//! `several_daemons.rs`, on PostgreSQL.)
+use std::time::Duration;
+
+use serde_json::Value;
+use todod_e2e::gen::{self, assert_parts_make_the_whole, assert_result_matches, prompt_texts};
+use todod_e2e::mock_openai::{MockOpenAi, Settings};
+use todod_e2e::rng::TestRng;
+use todod_e2e::{
+    assert_kill_floor, create_generation, kill_repeatedly, proto, wait_task, Client, RealDaemon,
+    TestDaemon,
+};
+
+async fn events(c: &mut Client, task: &str, kind: &str) -> Vec<proto::Event> {
+    c.list_events(proto::ListEventsRequest {
+        task_id: task.to_string(),
+        limit: 10_000,
+        ..Default::default()
+    })
+    .await
+    .unwrap()
+    .into_inner()
+    .events
+    .into_iter()
+    .filter(|e| e.r#type == kind)
+    .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sharded_generation_runs_its_shards_and_puts_their_parts_together() {
+    const PROMPTS: usize = 300;
+    let mock = MockOpenAi::start(Settings {
+        latency: Duration::from_millis(5),
+        ..Settings::default()
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    gen::write_prompts(&dir.path().join("prompts.jsonl"), PROMPTS, true);
+    let mut spec = gen::spec(dir.path(), &mock.url, 6);
+    spec["shards"] = 3.into();
+    let daemon = TestDaemon::start().await;
+    let mut c = daemon.client().await;
+    let id = create_generation(&mut c, "gen", spec.to_string()).await;
+    let task = wait_task(&mut c, "gen", &id, |t| {
+        ["completed", "failed"].contains(&t.status.as_str())
+    })
+    .await;
+    assert_eq!(task.status, "completed", "{}", task.error);
+    let prompts = prompt_texts(PROMPTS);
+    let parts = assert_parts_make_the_whole(dir.path(), &prompts, 3);
+    let files = gen::written(dir.path(), &prompts);
+    assert_eq!(files, parts, "the whole against its parts");
+    assert_eq!(files.ids.len(), PROMPTS);
+    assert!(files.ids.values().all(|n| *n == 1));
+    assert_result_matches(&task, &files, "sharded");
+    let result: Value = serde_json::from_str(&task.result_json).unwrap();
+    assert_eq!(result["shards"], 3);
+    // Every shard took its share: line n is shard (n - 1) mod 3's.
+    for index in 0..3 {
+        let part = gen::written_part(dir.path(), &prompts, index);
+        assert!(
+            (95..=110).contains(&(part.records + part.rejected)),
+            "shard {index}: {part:?}"
+        );
+    }
+    assert_eq!(events(&mut c, &id, "shard_done").await.len(), 3);
+    let progress = task.progress.unwrap();
+    assert_eq!(progress.done as usize, PROMPTS);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sharded_spec_is_checked() {
+    let dir = tempfile::tempdir().unwrap();
+    gen::write_prompts(&dir.path().join("prompts.jsonl"), 3, false);
+    let daemon = TestDaemon::start().await;
+    let mut c = daemon.client().await;
+    for bad in [0, 65, -1] {
+        let mut spec = gen::spec(dir.path(), "http://127.0.0.1:9", 4);
+        spec["shards"] = bad.into();
+        let refused = todod_e2e::create_phase(&mut c, "gen", "generation", &spec.to_string(), &[])
+            .await
+            .unwrap_err();
+        assert_eq!(refused.code(), tonic::Code::InvalidArgument, "{bad}");
+        assert!(
+            refused.message().contains("shards"),
+            "{}",
+            refused.message()
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sharded_generation_survives_repeated_kill_9_with_every_record_once() {
+    const PROMPTS: usize = 4000;
+    const KILLS: usize = 10;
+    const MIN_KILLS: usize = 4;
+    let mock = MockOpenAi::start(Settings {
+        latency: Duration::from_millis(40),
+        ..Settings::default()
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let state = tempfile::tempdir().unwrap();
+    gen::write_prompts(&dir.path().join("prompts.jsonl"), PROMPTS, false);
+    let mut rng = TestRng::new("a_sharded_generation_survives_repeated_kill_9");
+    let mut spec = gen::spec(dir.path(), &mock.url, 9);
+    spec["shards"] = 3.into();
+    let mut daemon = RealDaemon::spawn(state.path());
+    let mut c = daemon.client().await;
+    let id = create_generation(&mut c, "gen", spec.to_string()).await;
+    let kills = kill_repeatedly(&mut daemon, state.path(), "gen", &id, KILLS, || {
+        Duration::from_millis(rng.below(400))
+    })
+    .await;
+    let kills = assert_kill_floor(&kills, MIN_KILLS, &rng.replay());
+    let mut c = daemon.client().await;
+    let task = wait_task(&mut c, "gen", &id, |t| {
+        ["completed", "failed"].contains(&t.status.as_str())
+    })
+    .await;
+    assert_eq!(
+        task.status,
+        "completed",
+        "{} ({})",
+        task.error,
+        rng.replay()
+    );
+    let prompts = prompt_texts(PROMPTS);
+    let parts = assert_parts_make_the_whole(dir.path(), &prompts, 3);
+    let files = gen::written(dir.path(), &prompts);
+    assert_eq!(files, parts);
+    for i in 0..PROMPTS {
+        assert_eq!(
+            files.ids.get(&format!("p{i}")),
+            Some(&1),
+            "p{i} ({})",
+            rng.replay()
+        );
+    }
+    assert_result_matches(&task, &files, &format!("after {kills} kills"));
+    println!("{kills} kills; {PROMPTS} records over 3 shards, each exactly once");
+}
