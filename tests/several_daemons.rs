@@ -370,3 +370,191 @@ async fn a_daemon_an_hour_ahead_takes_no_live_lease() {
     assert!(task_events(&mut c, &id, "resumed").await.is_empty());
     drop(ahead);
 }
+
+/// The daemon (process id) holding each shard of a running sharded task,
+/// by shard index; `None` for a shard nobody holds (or done).
+fn shard_holders(t: &proto::Task) -> Vec<Option<u32>> {
+    let of = t.shards.first().map_or(0, |s| s.of) as usize;
+    let mut holders = vec![None; of];
+    if t.status != "in_progress" {
+        return holders;
+    }
+    for s in &t.shards {
+        if let (Some(lease), false) = (&s.lease, s.done) {
+            holders[s.index as usize] = Some(holder_pid(&lease.holder));
+        }
+    }
+    holders
+}
+
+/// The issue's sharded scenario: three daemons on one database share a
+/// 20k-record generation split into three shards, one shard each. The
+/// holder of one shard is paused (SIGSTOP) past its lease and its shard is
+/// taken over; woken (SIGCONT), it writes nothing more. The holder of
+/// another is killed (SIGKILL) and its shard taken over, and the killed
+/// daemon is restarted. In the end every record is in exactly one part
+/// once, the parts put together are the output, and the counts a user
+/// reads are what the files hold.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_daemons_share_a_sharded_generation_through_a_pause_and_a_kill() {
+    const PROMPTS: usize = 20_000;
+    const SHARDS: u32 = 3;
+    let shared = tempfile::tempdir().unwrap();
+    let Some(url) = todod_e2e::postgres_only(shared.path()) else {
+        return;
+    };
+    let mock = MockOpenAi::start(Settings {
+        latency: Duration::from_millis(25),
+        ..Settings::default()
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    write_prompts(&dir.path().join("prompts.jsonl"), PROMPTS, false);
+    let states: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let mut daemons: Vec<RealDaemon> = states.iter().map(|s| daemon(s.path(), &url, &[])).collect();
+    let mut first = daemons[0].client().await;
+    let mut spec = gen::spec(dir.path(), &mock.url, 24);
+    spec["shards"] = SHARDS.into();
+    let id = create_generation(&mut first, "gen", spec.to_string()).await;
+    let index_of = |daemons: &[RealDaemon], pid: u32| {
+        daemons
+            .iter()
+            .position(|d| d.child.id() == pid)
+            .unwrap_or_else(|| panic!("a shard held by pid {pid}, none of the daemons"))
+    };
+
+    // Each daemon takes its share: one shard each.
+    let spread = poll(
+        &mut first,
+        &id,
+        "one shard on each daemon",
+        Duration::from_secs(120),
+        |t| {
+            let holders = shard_holders(t);
+            let mut pids: Vec<u32> = holders.iter().flatten().copied().collect();
+            pids.sort();
+            pids.dedup();
+            pids.len() == 3 && done(t) >= 1000
+        },
+    )
+    .await;
+    let holders = shard_holders(&spread);
+    // Operators see each shard's holder in /metrics and `todoctl status`.
+    {
+        let samples = todod_e2e::scrape::scrape(daemons[1].addr).await;
+        for shard in 0..SHARDS {
+            let expiry = todod_e2e::scrape::sum(
+                &samples,
+                "todod_phase_shard_lease_expiry_timestamp",
+                &[("task", id.as_str()), ("shard", &shard.to_string())],
+            );
+            assert!(expiry > 1.7e9, "shard {shard}: lease expiry {expiry}");
+        }
+        let status = todod_e2e::cli::run_at(
+            &daemons[2].url(),
+            daemons[2].token.as_deref(),
+            &["status", "gen"],
+        );
+        for shard in 0..SHARDS {
+            assert!(
+                status
+                    .stdout
+                    .contains(&format!("shard {shard} of {SHARDS}: ")),
+                "{status:#?}"
+            );
+        }
+    }
+
+    // Pause the holder of shard 0 past its lease: its shard is taken over.
+    let paused = index_of(&daemons, holders[0].unwrap());
+    signal(&daemons[paused], libc::SIGSTOP);
+    let paused_pid = daemons[paused].child.id();
+    let mut other = daemons[(paused + 1) % 3].client().await;
+    let taken = poll(
+        &mut other,
+        &id,
+        "shard 0 taken from the paused daemon",
+        Duration::from_secs(60),
+        |t| shard_holders(t)[0].is_some_and(|pid| pid != paused_pid),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    signal(&daemons[paused], libc::SIGCONT);
+
+    // Kill the holder of shard 1 once the run has gone on; its shard is
+    // taken over, and the killed daemon comes back.
+    let before = done(&taken);
+    let going = poll(
+        &mut other,
+        &id,
+        "progress after the takeover",
+        Duration::from_secs(120),
+        |t| {
+            t.status != "in_progress" || (done(t) >= before + 1000 && shard_holders(t)[1].is_some())
+        },
+    )
+    .await;
+    assert_eq!(
+        going.status, "in_progress",
+        "the run ended too soon to be killed: {going:?}"
+    );
+    let killed = index_of(&daemons, shard_holders(&going)[1].unwrap());
+    let killed_pid = daemons[killed].child.id();
+    daemons[killed].kill9();
+    let killed_at = Instant::now();
+    let mut survivor = daemons[(killed + 1) % 3].client().await;
+    let after_kill = poll(
+        &mut survivor,
+        &id,
+        "shard 1 taken from the killed daemon",
+        Duration::from_secs(60),
+        |t| {
+            t.status != "in_progress"
+                || t.shards.iter().any(|s| s.index == 1 && s.done)
+                || shard_holders(t)[1].is_some_and(|pid| pid != killed_pid)
+        },
+    )
+    .await;
+    let takeover = killed_at.elapsed();
+    assert_eq!(after_kill.status, "in_progress", "{after_kill:?}");
+    daemons[killed] = daemon(states[killed].path(), &url, &[]);
+
+    let mut c = daemons[killed].client().await;
+    let finished = poll(
+        &mut c,
+        &id,
+        "the generation's end",
+        Duration::from_secs(600),
+        |t| t.status == "completed" || t.status == "failed",
+    )
+    .await;
+    assert_eq!(finished.status, "completed", "{}", finished.error);
+    let prompts = prompt_texts(PROMPTS);
+    let parts = gen::assert_parts_make_the_whole(dir.path(), &prompts, SHARDS);
+    let files = written(dir.path(), &prompts);
+    assert_eq!(files, parts, "the output against its parts");
+    for i in 0..PROMPTS {
+        assert_eq!(files.ids.get(&format!("p{i}")), Some(&1), "p{i}");
+    }
+    assert_result_matches(
+        &finished,
+        &files,
+        "a sharded generation after a pause and a kill across three daemons",
+    );
+    let resumed = task_events(&mut c, &id, "resumed").await;
+    assert!(
+        resumed.len() >= 2,
+        "two takeovers, {} resumed events: {resumed:?}",
+        resumed.len()
+    );
+    assert_eq!(
+        task_events(&mut c, &id, "shard_done").await.len(),
+        SHARDS as usize
+    );
+    println!(
+        "{PROMPTS} records over {SHARDS} shards once each; paused daemon {paused}, killed {killed}; \
+         {} takeovers; the killed holder's shard held again after {takeover:?} (lease {})",
+        resumed.len(),
+        lease()
+    );
+}

@@ -74,6 +74,11 @@ pub fn pipeline(tasks: &[todod_proto::Task]) -> String {
         if let Some(lease) = t.lease.as_ref().filter(|_| t.status == "in_progress") {
             let _ = writeln!(out, "         {}", lease_text(lease));
         }
+        if t.status == "in_progress" {
+            for shard in &t.shards {
+                let _ = writeln!(out, "         {}", shard_text(shard));
+            }
+        }
         if let Some(s) = &t.schedule {
             let _ = writeln!(out, "         schedule {}", crate::render::schedule_text(s));
         }
@@ -96,6 +101,17 @@ pub fn lease_text(lease: &todod_proto::Lease) -> String {
         ));
     }
     text
+}
+
+/// One shard of a running sharded task: `shard 1 of 3: held by node-2-4121
+/// (attempt 5), lease until ...`, `done`, or `waiting` (nobody holds it).
+pub fn shard_text(shard: &todod_proto::Shard) -> String {
+    let state = match (&shard.lease, shard.done) {
+        (_, true) => "done".to_string(),
+        (Some(lease), false) => lease_text(lease),
+        (None, false) => "waiting for a daemon".to_string(),
+    };
+    format!("shard {} of {}: {state}", shard.index, shard.of)
 }
 
 /// A progress's counts: `170 done, 2 failed, ...`.
@@ -462,6 +478,26 @@ mod tests {
             expires_at: String::new(),
         };
         assert_eq!(lease_text(&hostile), "held by evil\\u{1b}[2J-1 (attempt 3)");
+        let shard = todod_proto::Shard {
+            index: 1,
+            of: 3,
+            lease: Some(hostile.clone()),
+            done: false,
+        };
+        assert_eq!(
+            shard_text(&shard),
+            "shard 1 of 3: held by evil\\u{1b}[2J-1 (attempt 3)"
+        );
+        let done = todod_proto::Shard {
+            done: true,
+            ..shard.clone()
+        };
+        assert_eq!(shard_text(&done), "shard 1 of 3: done");
+        let waiting = todod_proto::Shard {
+            lease: None,
+            ..shard
+        };
+        assert_eq!(shard_text(&waiting), "shard 1 of 3: waiting for a daemon");
     }
 
     fn estimate(v: f64, lo: f64, hi: f64) -> Value {

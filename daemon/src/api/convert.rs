@@ -218,6 +218,25 @@ pub fn task(view: TaskView) -> proto::Task {
             holder,
             expires_at: optional_time(expires),
         }),
+        shards: view
+            .shards
+            .into_iter()
+            .map(|row| proto::Shard {
+                index: row.shard.index,
+                of: row.shard.of,
+                // An expiry of 0: handed back (done, or its daemon stopped).
+                lease: match (row.lease_owner, row.expires_at) {
+                    (Some(holder), expires) if expires != Some(0) && !row.done => {
+                        Some(proto::Lease {
+                            holder,
+                            expires_at: optional_time(expires),
+                        })
+                    }
+                    _ => None,
+                },
+                done: row.done,
+            })
+            .collect(),
     }
 }
 

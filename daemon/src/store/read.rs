@@ -180,7 +180,24 @@ fn tasks_where(db: &mut Db, q: TaskQuery<'_>) -> Result<Vec<TaskView>, Error> {
         order = q.order.sql(),
         limit = q.limit,
     );
-    db.query(&sql, q.params, |row| TaskView::from_row(row, q.plan))
+    let mut tasks = db.query(&sql, q.params, |row| TaskView::from_row(row, q.plan))?;
+    if matches!(q.detail, Detail::Full) {
+        // Who holds which shard of the sharded phase tasks listed (phase
+        // tasks are few; a listing of todos asks nothing more).
+        let phases: Vec<TaskId> = tasks
+            .iter()
+            .filter(|t| t.kind != domain::Kind::TODO)
+            .map(|t| t.id)
+            .collect();
+        if !phases.is_empty() {
+            for (id, row) in super::shards::rows_of(db, &phases)? {
+                if let Some(task) = tasks.iter_mut().find(|t| t.id == id) {
+                    task.shards.push(row);
+                }
+            }
+        }
+    }
+    Ok(tasks)
 }
 
 pub(super) fn task_by_id(db: &mut Db, id: TaskId) -> Result<TaskView, Error> {

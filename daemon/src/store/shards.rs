@@ -192,6 +192,39 @@ pub(super) fn finish_shard(
     }
 }
 
+/// The shards of `tasks` that runs have taken so far, by task and shard.
+pub(super) fn rows_of(db: &mut Db, tasks: &[TaskId]) -> Result<Vec<(TaskId, ShardRow)>, Error> {
+    let ids = serde_json::to_string(&tasks.iter().map(|t| t.0).collect::<Vec<_>>())
+        .expect("ids serialize");
+    let now = db.clock_ms()?;
+    let ids_of = db.dialect().json_ints("?");
+    db.query(
+        &format!(
+            "SELECT task_id, shard, shards, lease_owner, expires_at, done, result \
+             FROM phase_shards WHERE task_id IN (SELECT value FROM ({ids_of}) AS i) \
+             ORDER BY task_id, shard"
+        ),
+        &[ids.as_str().into()],
+        |row| {
+            let expires_at = row.opt_int(4)?;
+            Ok((
+                TaskId(row.int(0)?),
+                ShardRow {
+                    shard: Shard {
+                        index: row.int(1)? as u32,
+                        of: row.int(2)? as u32,
+                    },
+                    lease_owner: row.opt_text(3)?.map(str::to_string),
+                    expires_at,
+                    lease_live: expires_at.is_some_and(|at| at > now),
+                    done: row.int(5)? != 0,
+                    result: row.opt_text(6)?.map(str::to_string),
+                },
+            ))
+        },
+    )
+}
+
 fn take_shard(
     db: &mut Db,
     task: TaskId,
@@ -286,38 +319,8 @@ impl Store {
         if tasks.is_empty() {
             return Ok(Vec::new());
         }
-        let ids = serde_json::to_string(&tasks.iter().map(|t| t.0).collect::<Vec<_>>())
-            .expect("ids serialize");
-        self.read(move |db| {
-            let now = db.clock_ms()?;
-            let ids_of = db.dialect().json_ints("?");
-            db.query(
-                &format!(
-                    "SELECT task_id, shard, shards, lease_owner, expires_at, done, result \
-                     FROM phase_shards WHERE task_id IN (SELECT value FROM ({ids_of}) AS i) \
-                     ORDER BY task_id, shard"
-                ),
-                &[ids.as_str().into()],
-                |row| {
-                    let expires_at = row.opt_int(4)?;
-                    Ok((
-                        TaskId(row.int(0)?),
-                        ShardRow {
-                            shard: Shard {
-                                index: row.int(1)? as u32,
-                                of: row.int(2)? as u32,
-                            },
-                            lease_owner: row.opt_text(3)?.map(str::to_string),
-                            expires_at,
-                            lease_live: expires_at.is_some_and(|at| at > now),
-                            done: row.int(5)? != 0,
-                            result: row.opt_text(6)?.map(str::to_string),
-                        },
-                    ))
-                },
-            )
-        })
-        .await
+        let tasks = tasks.to_vec();
+        self.read(move |db| rows_of(db, &tasks)).await
     }
 
     /// The committed checkpoints of a task's shards, by shard.

@@ -1,6 +1,7 @@
 //! What a `/metrics` scrape reads from the store: live tasks counted by plan,
 //! kind and status, and each live phase task's committed progress and result
-//! with its drift events, takeovers and the lease of a running one. Two short reads on a reader connection; the writer
+//! with its drift events, takeovers and the lease of a running one (of each
+//! running shard, for a sharded one). Short reads on a reader connection; the writer
 //! never waits for a scrape.
 use super::{Error, Store};
 use crate::telemetry::render::{PhaseFigures, TaskCount};
@@ -51,6 +52,28 @@ impl Store {
                     Ok(figures)
                 },
             )?;
+            let mut phases = phases;
+            // The shards of running sharded tasks, and who holds each.
+            let shards = db.query(
+                "SELECT s.task_id, s.shard, s.lease_owner, s.expires_at FROM phase_shards s \
+                 JOIN tasks t ON t.id = s.task_id WHERE t.status = 'in_progress' \
+                 AND s.done = 0 AND s.lease_owner IS NOT NULL AND s.expires_at <> 0 \
+                 ORDER BY s.task_id, s.shard",
+                &[],
+                |row| {
+                    Ok((
+                        crate::domain::TaskId(row.int(0)?).to_string(),
+                        row.int(1)? as u32,
+                        row.text(2)?.to_string(),
+                        row.opt_int(3)?,
+                    ))
+                },
+            )?;
+            for (task, shard, holder, expires) in shards {
+                if let Some(p) = phases.iter_mut().find(|p| p.task == task) {
+                    p.shard_leases.push((shard, holder, expires));
+                }
+            }
             Ok((tasks, phases))
         })
         .await

@@ -68,6 +68,8 @@ pub struct TaskView {
     /// (`HOST-PID-NANOS.N`) and when its lease expires (Unix ms, on the
     /// database's clock; `None` before the first lease of an older daemon).
     pub lease: Option<(String, Option<i64>)>,
+    /// The shards of a sharded phase task that runs have taken so far.
+    pub shards: Vec<super::ShardRow>,
 }
 
 /// How much of each task a listing carries.
@@ -138,6 +140,7 @@ impl TaskView {
                 (_, Some(0)) | (None, _) => None,
                 (Some(holder), expires) => Some((holder.to_string(), expires)),
             },
+            shards: Vec::new(),
         })
     }
 }

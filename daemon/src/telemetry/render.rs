@@ -44,6 +44,9 @@ pub struct PhaseFigures {
     pub lease: Option<(String, Option<i64>)>,
     /// Times another daemon run took the task over (`resumed` events).
     pub takeovers: u64,
+    /// A sharded task's running shards: the shard, its holder and when its
+    /// lease expires.
+    pub shard_leases: Vec<(u32, String, Option<i64>)>,
 }
 
 impl PhaseFigures {
@@ -85,6 +88,7 @@ impl PhaseFigures {
             drift_events: 0,
             lease: None,
             takeovers: 0,
+            shard_leases: Vec::new(),
             task,
             kind,
         }
@@ -119,6 +123,14 @@ struct RecordLabels {
 struct HolderLabels {
     task: String,
     kind: String,
+    holder: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ShardHolderLabels {
+    task: String,
+    kind: String,
+    shard: String,
     holder: String,
 }
 
@@ -246,8 +258,19 @@ impl Telemetry {
         let projected_left = Family::<TaskLabels, FloatGauge>::default();
         let projected_rate = Family::<BoundLabels, FloatGauge>::default();
         let lease_expiry = Family::<HolderLabels, FloatGauge>::default();
+        let shard_expiry = Family::<ShardHolderLabels, FloatGauge>::default();
         let takeovers = Family::<TaskLabels, Counter>::default();
         for p in &scrape.phases {
+            for (shard, holder, expires) in &p.shard_leases {
+                shard_expiry
+                    .get_or_create(&ShardHolderLabels {
+                        task: p.task.clone(),
+                        kind: p.kind.clone(),
+                        shard: shard.to_string(),
+                        holder: todod_proto::lease::run_of(holder).to_string(),
+                    })
+                    .set(expires.map_or(0.0, |ms| ms as f64 / 1000.0));
+            }
             if let Some((holder, expires)) = &p.lease {
                 // The daemon run, not the attempt: one series per holder.
                 let run = todod_proto::lease::run_of(holder);
@@ -351,6 +374,12 @@ impl Telemetry {
             "A running phase task's lease: the daemon run holding it (label) and when it expires \
              unless renewed, Unix seconds on the database's clock (0: not known)",
             lease_expiry,
+        );
+        r.register(
+            "todod_phase_shard_lease_expiry_timestamp",
+            "A running shard of a sharded phase task: the daemon run holding it (label) and when \
+             its lease expires unless renewed, Unix seconds on the database's clock",
+            shard_expiry,
         );
         r.register(
             "todod_phase_takeovers",

@@ -274,6 +274,19 @@ fn running(d: &PhaseDetail, now_ms: i64) -> Markup {
                 @if let Some(at) = expires { ", lease until " (when(*at)) " UTC" }
             }
         }
+        @for shard in &d.task.shards {
+            p class="meta lease" {
+                "Shard " (shard.shard.index) " of " (shard.shard.of) ": "
+                @if shard.done { "done" }
+                @else if let (Some(holder), Some(at)) = (&shard.lease_owner, shard.expires_at.filter(|at| *at > 0)) {
+                    @let (daemon, attempt) = todod_proto::lease::holder_parts(holder);
+                    "run by " strong { (daemon) }
+                    @if !attempt.is_empty() { " (attempt " (attempt) ")" }
+                    ", lease until " (when(at)) " UTC"
+                }
+                @else { "waiting for a daemon" }
+            }
+        }
         (chart::throughput(&d.points, projected))
         (servers(&p["server"]))
         (failures(p))
