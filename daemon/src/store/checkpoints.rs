@@ -9,9 +9,10 @@
 //!
 //! Every write here is fenced: it commits only while the task is in progress
 //! and held by the attempt that writes, checked in the same transaction.
+use super::history::record;
 use super::sql::{Db, Param};
 use super::{now_ms, Error, Store};
-use crate::domain::{self, TaskId};
+use crate::domain::TaskId;
 
 /// Refuses a write from an attempt that no longer holds the task (or its
 /// shard). Returns the shard the attempt holds, `None` for the whole task.
@@ -51,34 +52,6 @@ pub(super) fn save_state(
         &params,
     )?;
     Ok(())
-}
-
-/// The daemon's own name in the history.
-pub const DAEMON_ACTOR: &str = "todod";
-
-pub(super) fn record(
-    db: &mut Db,
-    id: TaskId,
-    kind: &str,
-    value: Option<&str>,
-    reason: &str,
-) -> Result<i64, Error> {
-    let now = now_ms();
-    db.query_row(
-        "INSERT INTO events (plan_id, task_id, type, new_value, actor, reason, at, plan_revision) \
-         SELECT t.plan_id, t.id, ?, ?, ?, ?, ?, p.revision FROM tasks t \
-         JOIN plans p ON p.id = t.plan_id WHERE t.id = ? RETURNING seq",
-        &[
-            kind.into(),
-            value.into(),
-            DAEMON_ACTOR.into(),
-            reason.into(),
-            now.into(),
-            id.0.into(),
-        ],
-        |row| row.int(0),
-    )?
-    .ok_or_else(|| domain::Error::task_not_found(id).into())
 }
 
 /// Stores a task's progress (or its `shard`'s, and the task's as the sum of

@@ -9,6 +9,7 @@
 //! Every transaction goes through [`Store::read`] or [`Store::write`]; nothing
 //! else in the store opens one.
 mod checkpoints;
+mod history;
 mod page;
 mod persist;
 mod phases;
@@ -38,7 +39,7 @@ use tokio::sync::{watch, Mutex, Semaphore};
 use crate::domain;
 use sql::{Begin, Conn, Db};
 
-pub use checkpoints::DAEMON_ACTOR;
+pub use history::DAEMON_ACTOR;
 pub use page::{NotableEvent, ProgressPoint, NOTABLE};
 pub use phases::{PhaseTask, LEASE_MS};
 pub use pipeline::{AppliedPipeline, AppliedStep, PlannedStep, StepAction};

@@ -3,7 +3,8 @@
 //! as events but do not bump the plan's revision: they are the daemon's own
 //! bookkeeping, and an agent's expected_revision must not go stale every second
 //! while a generation runs.
-use super::checkpoints::{check_fence, record, save_progress, save_state, DAEMON_ACTOR};
+use super::checkpoints::{check_fence, save_progress, save_state};
+use super::history::{record, DAEMON_ACTOR};
 use super::persist;
 use super::sql::{Db, Param};
 use super::{now_ms, Error, Store, TaskView, WriteContext};

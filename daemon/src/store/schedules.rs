@@ -113,7 +113,7 @@ pub(super) fn end_remeasures(db: &mut Db, id: TaskId) -> Result<Option<i64>, Err
         "ended": "the generation completed: its re-measurements end with it",
         "next": null,
     });
-    super::checkpoints::record(db, id, "schedule_ended", Some(&outcome.to_string()), "").map(Some)
+    super::history::record(db, id, "schedule_ended", Some(&outcome.to_string()), "").map(Some)
 }
 
 /// The newest re-measurement of `id` since `since_ms` that found a
@@ -203,8 +203,7 @@ fn fired(
         outcome["reopened"] = json!(false);
         outcome["why"] = json!("not completed: the chore is still open");
     }
-    let event =
-        super::checkpoints::record(db, id, "schedule_fired", Some(&outcome.to_string()), "")?;
+    let event = super::history::record(db, id, "schedule_fired", Some(&outcome.to_string()), "")?;
     Ok(((), Some(seq.map_or(event, |s: i64| s.max(event)))))
 }
 

@@ -5,7 +5,7 @@
 //! each shard's progress transaction; a shard that fails fails the task.
 //! Also the daemon runs alive on the database (`daemon_runs`), which a
 //! daemon counts to take its fair share of a task's shards.
-use super::checkpoints::{record, DAEMON_ACTOR};
+use super::history::{record, DAEMON_ACTOR};
 use super::sql::Db;
 use super::{now_ms, persist, Error, Store, WriteContext};
 use crate::domain::shards::{combine_progress, Shard};
