@@ -558,3 +558,78 @@ async fn three_daemons_share_a_sharded_generation_through_a_pause_and_a_kill() {
         lease()
     );
 }
+
+/// The benchmark behind BENCHMARKS.md's "Sharded generation: records/s by
+/// daemons": one generation of `TODOD_BENCH_PROMPTS` prompts (30,000) at a
+/// total concurrency of `TODOD_BENCH_CONCURRENCY` (96) against the fast
+/// mock (`TODOD_BENCH_LATENCY_MS`, 20 ms an answer), unsharded on one
+/// daemon (the baseline), then in three shards on 1, 2 and 3 daemons, each
+/// on a fresh schema; prints records/s and the ratio to the baseline.
+/// Ignored: a measurement, not a test. Run it on release binaries:
+/// `cargo build --release --workspace && TODOD_TEST_DATABASE_URL=... cargo
+/// test --release -p todod-e2e --test several_daemons records_per_second --
+/// --ignored --nocapture`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore]
+async fn sharded_records_per_second_with_one_two_and_three_daemons() {
+    let env = |name: &str, default: u64| {
+        std::env::var(name)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default)
+    };
+    let prompts = env("TODOD_BENCH_PROMPTS", 30_000) as usize;
+    let concurrency = env("TODOD_BENCH_CONCURRENCY", 96);
+    let latency = Duration::from_millis(env("TODOD_BENCH_LATENCY_MS", 20));
+    let probe = tempfile::tempdir().unwrap();
+    if todod_e2e::postgres_only(probe.path()).is_none() {
+        return;
+    }
+    let mock = todod_e2e::fast_mock::FastMock::start(
+        1,
+        todod_e2e::fast_mock::FastSettings {
+            latency,
+            ..Default::default()
+        },
+    )
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    write_prompts(&dir.path().join("prompts.jsonl"), prompts, false);
+    let mut baseline = None;
+    for (daemons, shards) in [(1usize, 1u32), (1, 3), (2, 3), (3, 3)] {
+        let shared = tempfile::tempdir().unwrap();
+        let url = todod_e2e::postgres_only(shared.path()).unwrap();
+        let out = tempfile::tempdir().unwrap();
+        let states: Vec<_> = (0..daemons).map(|_| tempfile::tempdir().unwrap()).collect();
+        let running: Vec<RealDaemon> = states.iter().map(|s| daemon(s.path(), &url, &[])).collect();
+        let mut c = running[0].client().await;
+        let mut spec = gen::spec(out.path(), &mock.urls[0], concurrency as usize);
+        spec["prompts"] = dir
+            .path()
+            .join("prompts.jsonl")
+            .display()
+            .to_string()
+            .into();
+        spec["shards"] = shards.into();
+        let began = Instant::now();
+        let id = create_generation(&mut c, "gen", spec.to_string()).await;
+        let finished = poll(
+            &mut c,
+            &id,
+            "the generation's end",
+            Duration::from_secs(1800),
+            |t| t.status == "completed" || t.status == "failed",
+        )
+        .await;
+        let elapsed = began.elapsed().as_secs_f64();
+        assert_eq!(finished.status, "completed", "{}", finished.error);
+        let rate = prompts as f64 / elapsed;
+        let base = *baseline.get_or_insert(rate);
+        println!(
+            "daemons {daemons}, shards {shards}: {prompts} records in {elapsed:.1} s = {rate:.0} \
+             records/s ({:.2} of one daemon unsharded)",
+            rate / base
+        );
+        drop(running);
+    }
+}

@@ -123,7 +123,12 @@ impl PhaseKind for Generation {
 }
 
 fn properties() -> Value {
-    json!({"max_tokens": {"type": "integer", "minimum": 1}})
+    json!({
+        "max_tokens": {"type": "integer", "minimum": 1},
+        "shards": {"type": "integer", "minimum": 1, "maximum": crate::domain::shards::MAX_SHARDS,
+                   "description": "Split the prompts into this many shards run at once (by \
+                                   several daemons on one PostgreSQL database, or by one)"},
+    })
 }
 
 fn check(section: &Map<String, Value>) -> Result<(), SectionRefusal> {
