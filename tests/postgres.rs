@@ -346,3 +346,60 @@ async fn a_schema_with_the_longest_name_serves_and_announces() {
     .expect("the other store never heard of the commit")
     .unwrap();
 }
+
+/// Shards are held like tasks, one lease each: a live one is not taken by
+/// another daemon, one handed back (a daemon giving up its share) is taken
+/// at once and is not made live again by its old daemon's renewals, and a
+/// checkpoint from the attempt that gave it up is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shard_handed_back_is_taken_at_once_and_not_renewed_by_its_old_daemon() {
+    use todod::domain::shards::Shard;
+    let dir = tempfile::tempdir().unwrap();
+    let Some(url) = todod_e2e::postgres_only(dir.path()) else {
+        return;
+    };
+    let first = Store::connect(&url).await.unwrap();
+    let second = Store::connect(&url).await.unwrap();
+    let ctx = todod::store::WriteContext::default();
+    first.create_plan("p", "", &ctx).await.unwrap();
+    let kind = todod::domain::Kind::named("tokenization");
+    let task = todod_e2e::abandoned_phase(&first, "p", kind, "{}", "run-a.1").await;
+    let shard = Shard { index: 1, of: 3 };
+    assert!(first.take_shard(task, shard, "run-a.2").await.unwrap());
+    assert!(!second.take_shard(task, shard, "run-b.1").await.unwrap());
+    first.release_attempt(task, "run-a.2").await.unwrap();
+    // The old daemon's renewal goes by its run's prefix: it must skip it.
+    first.renew_leases("run-a").await.unwrap();
+    assert!(second.take_shard(task, shard, "run-b.2").await.unwrap());
+    let refused = first
+        .commit_phase_batch(task, "run-a.2", "{}", None, None)
+        .await;
+    assert!(
+        matches!(refused, Err(todod::store::Error::Fenced { .. })),
+        "{refused:?}"
+    );
+    second
+        .commit_phase_batch(
+            task,
+            "run-b.2",
+            "{\"pass\": 0}",
+            Some("{\"done\": 4}"),
+            None,
+        )
+        .await
+        .unwrap();
+    let rows = first.shards_of(&[task]).await.unwrap();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].1.lease_owner.as_deref(), Some("run-b.2"));
+    assert!(rows[0].1.lease_live);
+    // The task's progress is its shards' sum.
+    let progress = first.get_task(task).await.unwrap().progress.unwrap();
+    let progress: serde_json::Value = serde_json::from_str(&progress).unwrap();
+    assert_eq!(progress["done"], 4);
+    assert_eq!(progress["shards"], 3);
+    assert_eq!(
+        first.live_daemons().await.unwrap(),
+        1,
+        "run-a renewed its presence"
+    );
+}

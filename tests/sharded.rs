@@ -143,3 +143,49 @@ async fn a_sharded_generation_survives_repeated_kill_9_with_every_record_once() 
     assert_result_matches(&task, &files, &format!("after {kills} kills"));
     println!("{kills} kills; {PROMPTS} records over 3 shards, each exactly once");
 }
+
+/// A shard refuses to take its share of a prompts file that is not the one
+/// the other shards surveyed (appended to since): line n would not be the
+/// same record in every shard. Eight shards on one daemon run four at a
+/// time, so the last four survey after the append.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shard_refuses_a_prompts_file_changed_since_the_others_surveyed_it() {
+    let mock = MockOpenAi::start(Settings {
+        latency: Duration::from_millis(40),
+        ..Settings::default()
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let prompts = dir.path().join("prompts.jsonl");
+    gen::write_prompts(&prompts, 2000, false);
+    let mut spec = gen::spec(dir.path(), &mock.url, 8);
+    spec["shards"] = 8.into();
+    let daemon = TestDaemon::start().await;
+    let mut c = daemon.client().await;
+    let id = create_generation(&mut c, "gen", spec.to_string()).await;
+    wait_task(&mut c, "gen", &id, |t| {
+        ["completed", "failed"].contains(&t.status.as_str())
+            || t.progress.as_ref().is_some_and(|p| p.done > 0)
+    })
+    .await;
+    let mut file = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&prompts)
+        .unwrap();
+    std::io::Write::write_all(
+        &mut file,
+        b"{\"id\": \"late\", \"messages\": [{\"role\": \"user\", \"content\": \"late\"}]}\n",
+    )
+    .unwrap();
+    drop(file);
+    let task = wait_task(&mut c, "gen", &id, |t| {
+        ["completed", "failed"].contains(&t.status.as_str())
+    })
+    .await;
+    assert_eq!(task.status, "failed", "{task:?}");
+    assert!(
+        task.error.contains("is not the file shard") && task.error.contains("Restore it"),
+        "{}",
+        task.error
+    );
+}

@@ -614,7 +614,32 @@ pub fn staging_path(path: &Path) -> PathBuf {
 
 /// Starts writing the staging file of `path` (removing one a dead run left).
 pub fn stage(fs: &dyn Fs, path: &Path) -> io::Result<SeqWriter> {
-    let tmp = staging_path(path);
+    stage_at(fs, &staging_path(path))
+}
+
+/// The staging file of `path` for one attempt (`tag`): where several
+/// daemons may write the same file at once (one paused past its lease, the
+/// other that took over), each stages its own, and whichever publishes
+/// last publishes the same complete bytes.
+pub fn staging_path_of(path: &Path, tag: &str) -> PathBuf {
+    let tag: String = tag
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '.' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    let mut name = staging_path(path).into_os_string();
+    name.push(format!("-{tag}"));
+    PathBuf::from(name)
+}
+
+/// Starts writing the staging file `tmp` (removing one a dead run left).
+pub fn stage_at(fs: &dyn Fs, tmp: &Path) -> io::Result<SeqWriter> {
+    let tmp = tmp.to_path_buf();
     match fs.stat(&tmp)? {
         Entry::Missing => {}
         Entry::Regular { .. } => fs.remove(&tmp)?,
@@ -654,7 +679,12 @@ fn same_content(fs: &dyn Fs, a: &Path, b: &Path) -> io::Result<bool> {
 /// earlier, interrupted finish of the same phase published: phases that
 /// publish are deterministic), and the staged file is dropped.
 pub fn publish(fs: &dyn Fs, path: &Path, replace: bool) -> io::Result<()> {
-    let tmp = staging_path(path);
+    publish_from(fs, &staging_path(path), path, replace)
+}
+
+/// [`publish`] from the staging file `tmp`.
+pub fn publish_from(fs: &dyn Fs, tmp: &Path, path: &Path, replace: bool) -> io::Result<()> {
+    let tmp = tmp.to_path_buf();
     if replace {
         return match fs.stat(path)? {
             Entry::Missing | Entry::Regular { .. } => fs.replace(&tmp, path),

@@ -219,6 +219,48 @@ fn refused(error: StoreError) -> Result<(), String> {
     }
 }
 
+/// Refuses to start a shard's share of an input that is not the file the
+/// task's other shards surveyed (appended to, or edited, since): line `n`
+/// would no longer be the same record in every shard, and records would be
+/// lost or written twice between them.
+async fn same_input_as_other_shards(
+    run: &RunContext,
+    shard: crate::domain::shards::Shard,
+    input: &InputState,
+) -> Result<(), String> {
+    let others = run
+        .store
+        .shard_states(run.task)
+        .await
+        .map_err(|e| format!("cannot read the other shards' checkpoints: {e}"))?;
+    for (index, text) in others {
+        let Some(state) = text.and_then(|t| serde_json::from_str::<PhaseState>(&t).ok()) else {
+            continue;
+        };
+        let Some(theirs) = state.input.filter(|i| i.shard.is_some()) else {
+            continue; // not surveyed yet, or in a retry pass of its own failures
+        };
+        // Length, modification time and lines: the device number of one
+        // file differs between the machines that mount it.
+        let (a, b) = (&theirs.identity, &input.identity);
+        let same = a.len == b.len && a.mtime_ns == b.mtime_ns && theirs.lines == input.lines;
+        if index != shard.index && !same {
+            return Err(format!(
+                "{} is not the file shard {index} of {} took its share of ({} lines, {} bytes \
+                 then; {} lines, {} bytes now): the shards would not share out the same \
+                 records. Restore it, or start a new task",
+                input.path.display(),
+                shard.of,
+                theirs.lines,
+                theirs.identity.len,
+                input.lines,
+                input.identity.len
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Opens (or starts) the pass that `state` describes: surveys its input and
 /// creates its files the first time, or checks the input and reopens the
 /// files on resume. `None` when the run lost its task meanwhile.
@@ -263,6 +305,9 @@ pub async fn open<P: RecordPhase>(
         state
             .files
             .sort_by_key(|f| plan.files.iter().position(|p| p == &f.path));
+        if let (Some(shard), Some(input)) = (plan.shard, &state.input) {
+            same_input_as_other_shards(run, shard, input).await?;
+        }
         let key = duplicates_key(run, state.pass);
         if commit(run, &state, Some((key, &found.duplicates)))
             .await?

@@ -85,17 +85,22 @@ fn copy_part(fs: &dyn Fs, state: &files::FileState, out: &mut impl Write) -> io:
 /// as its shards' checkpoints do) together from the parts, and writes the
 /// manifest at `manifest`. `overwrite`: files already there are replaced
 /// (else one is left alone only if it already holds exactly these bytes).
-/// Returns the manifest.
+/// `attempt` names the staging files: a daemon paused past its lease in the
+/// middle of this, woken while another puts the same files together, then
+/// never writes into the other's staging file, and both publish complete,
+/// identical files. Returns the manifest.
 pub fn assemble(
     fs: &dyn Fs,
     finals: &[PathBuf],
     parts: &[(Shard, PhaseState)],
     manifest: &Path,
     overwrite: bool,
+    attempt: &str,
 ) -> io::Result<Value> {
     let mut listed = Vec::new();
     for (index, path) in finals.iter().enumerate() {
-        let mut out = files::stage(fs, path)?;
+        let tmp = files::staging_path_of(path, attempt);
+        let mut out = files::stage_at(fs, &tmp)?;
         let (mut bytes, mut lines, mut entries) = (0u64, 0u64, Vec::new());
         for (shard, state) in parts {
             let Some(file) = state.files.get(index) else {
@@ -112,18 +117,19 @@ pub fn assemble(
             lines += copied;
         }
         out.finish()?;
-        files::publish(fs, path, overwrite)?;
+        files::publish_from(fs, &tmp, path, overwrite)?;
         listed.push(json!({
             "path": path.display().to_string(), "bytes": bytes, "lines": lines, "parts": entries,
         }));
     }
     let document = json!({"shards": parts.len(), "files": listed});
-    let mut out = files::stage(fs, manifest)?;
+    let tmp = files::staging_path_of(manifest, attempt);
+    let mut out = files::stage_at(fs, &tmp)?;
     let mut text = serde_json::to_vec_pretty(&document).map_err(io::Error::other)?;
     text.push(b'\n');
     out.write_all(&text)?;
     out.finish()?;
     // The manifest is a pure function of the parts too: replaced freely.
-    files::publish(fs, manifest, true)?;
+    files::publish_from(fs, &tmp, manifest, true)?;
     Ok(document)
 }

@@ -340,8 +340,11 @@ impl Store {
     /// it without waiting for the lease to expire.
     pub async fn release_attempt(&self, task: TaskId, attempt: &str) -> Result<(), Error> {
         self.write(move |db| {
+            // Nobody's any more: a renewal of this daemon's leases (which
+            // goes by the run's prefix) must not make it live again.
             db.execute(
-                "UPDATE phase_shards SET expires_at = 0 WHERE task_id = ? AND lease_owner = ?",
+                "UPDATE phase_shards SET expires_at = 0, lease_owner = NULL \
+                 WHERE task_id = ? AND lease_owner = ?",
                 &[task.0.into(), attempt.into()],
             )?;
             db.execute(
@@ -391,7 +394,8 @@ pub(super) fn seen(db: &mut Db, run: &str, lease_ms: i64) -> Result<(), Error> {
 /// Renews the leases of the shards daemon run `run`'s attempts hold.
 pub(super) fn renew(db: &mut Db, prefix: &str, until: i64) -> Result<usize, Error> {
     db.execute(
-        "UPDATE phase_shards SET expires_at = ? WHERE done = 0 AND substr(lease_owner, 1, ?) = ? \
+        "UPDATE phase_shards SET expires_at = ? WHERE done = 0 AND expires_at <> 0 \
+         AND substr(lease_owner, 1, ?) = ? \
          AND task_id IN (SELECT id FROM tasks WHERE status = 'in_progress')",
         &[until.into(), (prefix.len() as i64).into(), prefix.into()],
     )

@@ -623,9 +623,9 @@ async fn assemble(run: &RunContext, spec: &GenerationSpec) -> Result<Ended, Stri
     }
     let (fs, finals, manifest) = (run.fs.clone(), spec.files(), spec.manifest());
     let overwrite = spec.overwrite;
-    let joined = parts.clone();
+    let (joined, attempt) = (parts.clone(), run.attempt.clone());
     tokio::task::spawn_blocking(move || {
-        crate::phase::shards::assemble(&*fs, &finals, &joined, &manifest, overwrite)
+        crate::phase::shards::assemble(&*fs, &finals, &joined, &manifest, overwrite, &attempt)
     })
     .await
     .map_err(|e| format!("putting the shards together failed: {e}"))?
