@@ -295,3 +295,22 @@ fn the_published_schema_is_the_one_the_table_makes() {
     let example = include_str!("../../../examples/datagen.toml");
     parse(example, Some(Path::new("/x/examples"))).unwrap();
 }
+
+#[test]
+fn a_sharded_generation_is_asked_for_in_its_section_and_checked_there() {
+    let p = parse(
+        &GOOD.replace("max_tokens = 128", "max_tokens = 128\nshards = 3"),
+        None,
+    )
+    .unwrap();
+    let steps = derive(&p);
+    let gen = &steps[2];
+    assert_eq!(gen.spec["shards"], 3);
+    // The generation kind accepts the spec the file made.
+    let spec = crate::phase::kinds::generation::GenerationSpec::parse(
+        &serde_json::Value::Object(gen.spec.clone()).to_string(),
+    )
+    .unwrap();
+    assert_eq!(spec.shards, 3);
+    assert_eq!(gen.file_path("spec.shards"), "generation.shards");
+}
