@@ -91,6 +91,34 @@ fn done(t: &proto::Task) -> i64 {
     t.progress.as_ref().map_or(0, |p| p.done)
 }
 
+/// What the three-daemon scenarios start from: the mock (25 ms an answer),
+/// `prompts` prompts in `dir/prompts.jsonl`, and three daemons on `url`,
+/// each with a state directory of its own.
+struct Three {
+    mock: MockOpenAi,
+    dir: tempfile::TempDir,
+    states: Vec<tempfile::TempDir>,
+    daemons: Vec<RealDaemon>,
+}
+
+async fn three_daemons(url: &str, prompts: usize) -> Three {
+    let mock = MockOpenAi::start(Settings {
+        latency: Duration::from_millis(25),
+        ..Settings::default()
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    write_prompts(&dir.path().join("prompts.jsonl"), prompts, false);
+    let states: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let daemons = states.iter().map(|s| daemon(s.path(), url, &[])).collect();
+    Three {
+        mock,
+        dir,
+        states,
+        daemons,
+    }
+}
+
 /// The scenario on one machine: three daemons on one database run a
 /// generation. The one running it is paused (SIGSTOP) past its lease, and
 /// another takes the task over; the paused one is let go on (SIGCONT) and
@@ -109,15 +137,12 @@ async fn three_daemons_share_a_generation_through_a_pause_and_a_kill() {
     let Some(url) = todod_e2e::postgres_only(shared.path()) else {
         return;
     };
-    let mock = MockOpenAi::start(Settings {
-        latency: Duration::from_millis(25),
-        ..Settings::default()
-    })
-    .await;
-    let dir = tempfile::tempdir().unwrap();
-    write_prompts(&dir.path().join("prompts.jsonl"), PROMPTS, false);
-    let states: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
-    let mut daemons: Vec<RealDaemon> = states.iter().map(|s| daemon(s.path(), &url, &[])).collect();
+    let Three {
+        mock,
+        dir,
+        states,
+        mut daemons,
+    } = three_daemons(&url, PROMPTS).await;
 
     // A watch through the first daemon sees a write through the second.
     let mut first = daemons[0].client().await;
@@ -403,15 +428,12 @@ async fn three_daemons_share_a_sharded_generation_through_a_pause_and_a_kill() {
     let Some(url) = todod_e2e::postgres_only(shared.path()) else {
         return;
     };
-    let mock = MockOpenAi::start(Settings {
-        latency: Duration::from_millis(25),
-        ..Settings::default()
-    })
-    .await;
-    let dir = tempfile::tempdir().unwrap();
-    write_prompts(&dir.path().join("prompts.jsonl"), PROMPTS, false);
-    let states: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
-    let mut daemons: Vec<RealDaemon> = states.iter().map(|s| daemon(s.path(), &url, &[])).collect();
+    let Three {
+        mock,
+        dir,
+        states,
+        mut daemons,
+    } = three_daemons(&url, PROMPTS).await;
     let mut first = daemons[0].client().await;
     let mut spec = gen::spec(dir.path(), &mock.url, 24);
     spec["shards"] = SHARDS.into();

@@ -10,24 +10,9 @@ use todod_e2e::gen::{self, assert_parts_make_the_whole, assert_result_matches, p
 use todod_e2e::mock_openai::{MockOpenAi, Settings};
 use todod_e2e::rng::TestRng;
 use todod_e2e::{
-    assert_kill_floor, create_generation, kill_repeatedly, proto, wait_task, Client, RealDaemon,
+    assert_kill_floor, create_generation, kill_repeatedly, task_events, wait_task, RealDaemon,
     TestDaemon,
 };
-
-async fn events(c: &mut Client, task: &str, kind: &str) -> Vec<proto::Event> {
-    c.list_events(proto::ListEventsRequest {
-        task_id: task.to_string(),
-        limit: 10_000,
-        ..Default::default()
-    })
-    .await
-    .unwrap()
-    .into_inner()
-    .events
-    .into_iter()
-    .filter(|e| e.r#type == kind)
-    .collect()
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sharded_generation_runs_its_shards_and_puts_their_parts_together() {
@@ -66,7 +51,7 @@ async fn a_sharded_generation_runs_its_shards_and_puts_their_parts_together() {
             "shard {index}: {part:?}"
         );
     }
-    assert_eq!(events(&mut c, &id, "shard_done").await.len(), 3);
+    assert_eq!(task_events(&mut c, &id, "shard_done").await.len(), 3);
     let progress = task.progress.unwrap();
     assert_eq!(progress.done as usize, PROMPTS);
 }

@@ -83,22 +83,37 @@ pub struct Written {
 
 /// Reads the files back; every output record must be the mock's answer.
 pub fn written(dir: &Path, prompts: &HashMap<String, String>) -> Written {
+    read_back(
+        &dir.join("out.jsonl"),
+        &dir.join("out.jsonl.failures.jsonl"),
+        &dir.join("out.jsonl.rejects.jsonl"),
+        prompts,
+    )
+}
+
+/// What a generation's output, failures and rejects files hold.
+fn read_back(
+    output: &Path,
+    failures: &Path,
+    rejects: &Path,
+    prompts: &HashMap<String, String>,
+) -> Written {
     let mut w = Written::default();
-    for record in lines(&dir.join("out.jsonl")) {
+    for record in lines(output) {
         let id = record["id"].as_str().unwrap().to_string();
         assert_eq!(record["content"], expected_content(&prompts[&id]), "{id}");
         w.tokens += record["usage"]["completion_tokens"].as_u64().unwrap_or(0);
         w.records += 1;
         *w.ids.entry(id).or_default() += 1;
     }
-    for record in lines(&dir.join("out.jsonl.failures.jsonl")) {
+    for record in lines(failures) {
         let id = record["id"].as_str().unwrap().to_string();
         assert!(record["failure"]["error"].is_string(), "{record}");
         assert!(record["line"].as_u64().is_some(), "{record}");
         w.failed += 1;
         *w.ids.entry(id).or_default() += 1;
     }
-    w.rejected = lines(&dir.join("out.jsonl.rejects.jsonl")).len() as u64;
+    w.rejected = lines(rejects).len() as u64;
     w
 }
 
@@ -133,22 +148,13 @@ pub fn assert_result_matches(task: &proto::Task, files: &Written, context: &str)
 /// What the part files of shard `index` of a generation into
 /// `dir/out.jsonl` hold (`out.part-0000.jsonl`, ...).
 pub fn written_part(dir: &Path, prompts: &HashMap<String, String>, index: u32) -> Written {
-    let part = |name: &str, ext: &str| dir.join(format!("{name}.part-{index:04}.{ext}"));
-    let mut w = Written::default();
-    for record in lines(&part("out", "jsonl")) {
-        let id = record["id"].as_str().unwrap().to_string();
-        assert_eq!(record["content"], expected_content(&prompts[&id]), "{id}");
-        w.tokens += record["usage"]["completion_tokens"].as_u64().unwrap_or(0);
-        w.records += 1;
-        *w.ids.entry(id).or_default() += 1;
-    }
-    for record in lines(&part("out.jsonl.failures", "jsonl")) {
-        let id = record["id"].as_str().unwrap().to_string();
-        w.failed += 1;
-        *w.ids.entry(id).or_default() += 1;
-    }
-    w.rejected = lines(&part("out.jsonl.rejects", "jsonl")).len() as u64;
-    w
+    let part = |name: &str| dir.join(format!("{name}.part-{index:04}.jsonl"));
+    read_back(
+        &part("out"),
+        &part("out.jsonl.failures"),
+        &part("out.jsonl.rejects"),
+        prompts,
+    )
 }
 
 /// Holds a sharded generation's files against each other: the output,

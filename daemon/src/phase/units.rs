@@ -208,7 +208,6 @@ mod tests {
             expires_at: None,
             lease_live: live,
             done,
-            result: None,
         }
     }
 

@@ -49,9 +49,39 @@ pub const LEASE_MS: i64 = 30_000;
 /// How a store takes a lease: whether other daemons share its database,
 /// and for how long a lease lasts.
 #[derive(Clone, Copy)]
-struct Terms {
+pub(super) struct Terms {
+    pub(super) shared: bool,
+    pub(super) lease_ms: i64,
+}
+
+/// Whether `attempt` may take a lease (of a task or a shard) that
+/// `previous` holds until `expires`, `now` on the database's clock:
+/// `None` if not, else whether it is a takeover from another daemon run.
+/// Another daemon's run that renews its lease is alive: not ours to take
+/// on a shared database. A holder without a lease row has no lease at all
+/// (started before leases were kept): nobody renews it, so it is taken.
+pub(super) fn may_take(
+    previous: Option<&str>,
+    expires: Option<i64>,
+    now: i64,
+    attempt: &str,
     shared: bool,
-    lease_ms: i64,
+) -> Option<bool> {
+    let another_run = previous.is_some_and(|p| run_of(p) != run_of(attempt));
+    if shared && another_run && expires.is_some_and(|at| at > now) {
+        return None;
+    }
+    Some(another_run)
+}
+
+/// Why a run took over from another daemon run (the `resumed` event).
+pub(super) fn resumed_reason(shared: bool) -> &'static str {
+    if shared {
+        "the daemon run that held it handed it back or stopped renewing its lease; the run \
+         goes on from its last checkpoint"
+    } else {
+        "the daemon restarted; the run goes on from its last checkpoint"
+    }
 }
 
 fn take_lease(
@@ -71,15 +101,9 @@ fn take_lease(
         return Ok((false, None));
     };
     let now = db.clock_ms()?;
-    let another_run = previous
-        .as_deref()
-        .is_some_and(|p| run_of(p) != run_of(attempt));
-    // Another daemon's run that renews its lease is alive: not ours to take.
-    // A holder without a lease row has no lease at all (started before
-    // leases were kept): nobody renews it, so it is taken.
-    if shared && another_run && expires.is_some_and(|at| at > now) {
+    let Some(another_run) = may_take(previous.as_deref(), expires, now, attempt, shared) else {
         return Ok((false, None));
-    }
+    };
     db.execute(
         "UPDATE tasks SET lease_owner = ? WHERE id = ?",
         &[attempt.into(), id.0.into()],
@@ -90,13 +114,13 @@ fn take_lease(
         &[id.0.into(), (now + lease_ms).into()],
     )?;
     let seq = if another_run {
-        let reason = if shared {
-            "the daemon run that held it handed it back or stopped renewing its lease; the run \
-             goes on from its last checkpoint"
-        } else {
-            "the daemon restarted; the run goes on from its last checkpoint"
-        };
-        Some(record(db, id, "resumed", Some(attempt), reason)?)
+        Some(record(
+            db,
+            id,
+            "resumed",
+            Some(attempt),
+            resumed_reason(shared),
+        )?)
     } else {
         None
     };
@@ -115,7 +139,7 @@ const RUNNABLE_PHASE_TASKS: &str = "SELECT t.id, t.kind, t.status, COALESCE(t.sp
      AND p.archived_at IS NULL ORDER BY t.id";
 
 impl Store {
-    fn terms(&self) -> Terms {
+    pub(super) fn terms(&self) -> Terms {
         Terms {
             shared: self.is_shared(),
             lease_ms: self.lease().as_millis() as i64,

@@ -6,6 +6,7 @@
 //! Also the daemon runs alive on the database (`daemon_runs`), which a
 //! daemon counts to take its fair share of a task's shards.
 use super::history::{record, DAEMON_ACTOR};
+use super::phases::{may_take, resumed_reason, Terms};
 use super::sql::Db;
 use super::{now_ms, persist, Error, Store, WriteContext};
 use crate::domain::shards::{combine_progress, Shard};
@@ -23,8 +24,6 @@ pub struct ShardRow {
     /// Its lease has not expired, on the database's clock.
     pub lease_live: bool,
     pub done: bool,
-    /// Its result, once done.
-    pub result: Option<String>,
 }
 
 impl ShardRow {
@@ -200,7 +199,7 @@ pub(super) fn rows_of(db: &mut Db, tasks: &[TaskId]) -> Result<Vec<(TaskId, Shar
     let ids_of = db.dialect().json_ints("?");
     db.query(
         &format!(
-            "SELECT task_id, shard, shards, lease_owner, expires_at, done, result \
+            "SELECT task_id, shard, shards, lease_owner, expires_at, done \
              FROM phase_shards WHERE task_id IN (SELECT value FROM ({ids_of}) AS i) \
              ORDER BY task_id, shard"
         ),
@@ -218,7 +217,6 @@ pub(super) fn rows_of(db: &mut Db, tasks: &[TaskId]) -> Result<Vec<(TaskId, Shar
                     expires_at,
                     lease_live: expires_at.is_some_and(|at| at > now),
                     done: row.int(5)? != 0,
-                    result: row.opt_text(6)?.map(str::to_string),
                 },
             ))
         },
@@ -230,8 +228,7 @@ fn take_shard(
     task: TaskId,
     shard: Shard,
     attempt: &str,
-    shared: bool,
-    lease_ms: i64,
+    terms: Terms,
 ) -> Result<(bool, Option<i64>), Error> {
     let in_progress = db
         .query_row(
@@ -270,27 +267,21 @@ fn take_shard(
         return Ok((false, None));
     }
     let now = db.clock_ms()?;
-    let another_run = previous
-        .as_deref()
-        .is_some_and(|p| run_of(p) != run_of(attempt));
-    if shared && another_run && expires.is_some_and(|at| at > now) {
+    let Some(another_run) = may_take(previous.as_deref(), expires, now, attempt, terms.shared)
+    else {
         return Ok((false, None));
-    }
+    };
     db.execute(
         "UPDATE phase_shards SET lease_owner = ?, expires_at = ? WHERE task_id = ? AND shard = ?",
         &[
             attempt.into(),
-            (now + lease_ms).into(),
+            (now + terms.lease_ms).into(),
             task.0.into(),
             i64::from(shard.index).into(),
         ],
     )?;
     let seq = if another_run {
-        let reason = format!(
-            "{}: the daemon run that held it handed it back, stopped renewing its lease or \
-             restarted; it goes on from its last checkpoint",
-            shard.label()
-        );
+        let reason = format!("{}: {}", shard.label(), resumed_reason(terms.shared));
         Some(record(db, task, "resumed", Some(attempt), &reason)?)
     } else {
         None
@@ -309,8 +300,8 @@ impl Store {
         shard: Shard,
         attempt: &str,
     ) -> Result<bool, Error> {
-        let (shared, lease_ms) = (self.is_shared(), self.lease_ms());
-        self.write(move |db| take_shard(db, task, shard, attempt, shared, lease_ms))
+        let terms = self.terms();
+        self.write(move |db| take_shard(db, task, shard, attempt, terms))
             .await
     }
 
