@@ -10,6 +10,7 @@
 //! else in the store opens one.
 mod checkpoints;
 mod history;
+mod lease_rules;
 mod page;
 mod persist;
 mod phases;

@@ -5,6 +5,7 @@
 //! while a generation runs.
 use super::checkpoints::{check_fence, save_progress, save_state};
 use super::history::{record, DAEMON_ACTOR};
+use super::lease_rules::{may_take, resumed_reason, Terms};
 use super::persist;
 use super::sql::{Db, Param};
 use super::{now_ms, Error, Store, TaskView, WriteContext};
@@ -45,44 +46,6 @@ impl PhaseTask {
 /// third of it). Only a shared database judges it: alone on a database, a
 /// daemon knows that a holder of another run is dead.
 pub const LEASE_MS: i64 = 30_000;
-
-/// How a store takes a lease: whether other daemons share its database,
-/// and for how long a lease lasts.
-#[derive(Clone, Copy)]
-pub(super) struct Terms {
-    pub(super) shared: bool,
-    pub(super) lease_ms: i64,
-}
-
-/// Whether `attempt` may take a lease (of a task or a shard) that
-/// `previous` holds until `expires`, `now` on the database's clock:
-/// `None` if not, else whether it is a takeover from another daemon run.
-/// Another daemon's run that renews its lease is alive: not ours to take
-/// on a shared database. A holder without a lease row has no lease at all
-/// (started before leases were kept): nobody renews it, so it is taken.
-pub(super) fn may_take(
-    previous: Option<&str>,
-    expires: Option<i64>,
-    now: i64,
-    attempt: &str,
-    shared: bool,
-) -> Option<bool> {
-    let another_run = previous.is_some_and(|p| run_of(p) != run_of(attempt));
-    if shared && another_run && expires.is_some_and(|at| at > now) {
-        return None;
-    }
-    Some(another_run)
-}
-
-/// Why a run took over from another daemon run (the `resumed` event).
-pub(super) fn resumed_reason(shared: bool) -> &'static str {
-    if shared {
-        "the daemon run that held it handed it back or stopped renewing its lease; the run \
-         goes on from its last checkpoint"
-    } else {
-        "the daemon restarted; the run goes on from its last checkpoint"
-    }
-}
 
 fn take_lease(
     db: &mut Db,

@@ -6,7 +6,7 @@
 //! Also the daemon runs alive on the database (`daemon_runs`), which a
 //! daemon counts to take its fair share of a task's shards.
 use super::history::{record, DAEMON_ACTOR};
-use super::phases::{may_take, resumed_reason, Terms};
+use super::lease_rules::{may_take, resumed_reason, Terms};
 use super::sql::Db;
 use super::{now_ms, persist, Error, Store, WriteContext};
 use crate::domain::shards::{combine_progress, Shard};
