@@ -10,6 +10,8 @@ use crate::store::{ProgressPoint, Store};
 
 /// Points kept per task: halved (every other one dropped) when passed.
 const MAX_POINTS: usize = 4096;
+/// How often a run reports its progress, at most.
+const PROGRESS_EVERY_MS: i64 = 1000;
 /// Events read per query, so a long history is read in bounded steps.
 const READ_STEP: usize = 20_000;
 
@@ -125,7 +127,12 @@ pub fn bucketed_rates(points: &[ProgressPoint], buckets: usize) -> Vec<(i64, f64
         return Vec::new();
     };
     let total = last.at_ms - first.at_ms;
-    let buckets = buckets.min(points.len().saturating_sub(1));
+    // No more spans than points, nor narrower than a second: a run reports
+    // about once a second, and a sharded task's shards each report, in a
+    // burst of points a few ms apart; spans between bursts would read 0.
+    let buckets = buckets
+        .min(points.len().saturating_sub(1))
+        .min((total / PROGRESS_EVERY_MS) as usize);
     if total <= 0 || buckets == 0 {
         return Vec::new();
     }
@@ -155,6 +162,30 @@ mod tests {
             at_ms: s * 1000,
             answered,
             tokens: answered * 10,
+        }
+    }
+
+    /// A sharded task's shards each report once a second, a few ms apart:
+    /// the chart's spans are no narrower than a second, so the rate reads
+    /// steady, not a saw between the bursts and nothing.
+    #[test]
+    fn bursts_of_shard_reports_draw_a_steady_rate() {
+        let mut points = Vec::new();
+        for s in 0..60i64 {
+            for shard in 0..3 {
+                let seq = s * 3 + shard;
+                points.push(ProgressPoint {
+                    seq,
+                    at_ms: s * 1000 + shard * 5,
+                    answered: (30 * s + 10 * (shard + 1)) as u64,
+                    tokens: 0,
+                });
+            }
+        }
+        let rates = bucketed_rates(&points, 200);
+        assert!(rates.len() <= 60, "{}", rates.len());
+        for (at, rate) in &rates {
+            assert!((20.0..=40.0).contains(rate), "{rate} at {at}: {rates:?}");
         }
     }
 
