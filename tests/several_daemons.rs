@@ -396,6 +396,97 @@ async fn a_daemon_an_hour_ahead_takes_no_live_lease() {
     drop(ahead);
 }
 
+/// Outputs go to a directory every daemon reaches, checked when a daemon
+/// would claim the work: a daemon that cannot reach it (the shared file
+/// system not mounted on its machine, here the directory moved away after
+/// the task was accepted) does not claim the task or any of its shards, and
+/// says so once in the task's history; once the directory is back, it
+/// claims the task and runs it to the end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_daemon_that_cannot_reach_the_output_directory_does_not_claim_the_task() {
+    const PROMPTS: usize = 300;
+    let shared = tempfile::tempdir().unwrap();
+    let Some(url) = todod_e2e::postgres_only(shared.path()) else {
+        return;
+    };
+    let mock = MockOpenAi::start(Settings::default()).await;
+    let dir = tempfile::tempdir().unwrap();
+    write_prompts(&dir.path().join("prompts.jsonl"), PROMPTS, false);
+    let mount = dir.path().join("mnt");
+    std::fs::create_dir(&mount).unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let daemon = daemon(state.path(), &url, &[]);
+    let mut c = daemon.client().await;
+    c.create_plan(proto::CreatePlanRequest {
+        name: "reach".into(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let gate = c
+        .create_task(proto::CreateTaskRequest {
+            plan: "reach".into(),
+            content: "mount the share".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .id;
+    let mut spec = gen::spec(dir.path(), &mock.url, 8);
+    spec["output"] = mount.join("out.jsonl").display().to_string().into();
+    spec["shards"] = 2.into();
+    let id = c
+        .create_task(proto::CreateTaskRequest {
+            plan: "reach".into(),
+            content: "generate on the share".into(),
+            kind: "generation".into(),
+            spec_json: spec.to_string(),
+            depends_on: vec![gate.clone()],
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .id;
+
+    // The share goes away; then the task becomes ready.
+    let away = dir.path().join("mnt.away");
+    std::fs::rename(&mount, &away).unwrap();
+    c.transition_task(todod_e2e::transition(&gate, "completed"))
+        .await
+        .unwrap();
+    let said = todod_e2e::wait_events(&mut c, "reach", &id, "unreachable", 1).await;
+    assert!(
+        said[0]
+            .reason
+            .contains(&format!("{} cannot be reached", mount.display())),
+        "{said:?}"
+    );
+    assert!(said[0].reason.contains("does not claim it"), "{said:?}");
+    let now = task(&mut c, &id).await;
+    assert_eq!(now.status, "pending", "claimed out of reach: {now:?}");
+    assert!(now.lease.is_none(), "{:?}", now.lease);
+    assert!(!mount.exists(), "a daemon out of reach made the directory");
+
+    // The share is back: the daemon claims the task and runs it.
+    std::fs::rename(&away, &mount).unwrap();
+    let ended = todod_e2e::wait_task(&mut c, "reach", &id, |t| {
+        matches!(t.status.as_str(), "completed" | "failed")
+    })
+    .await;
+    assert_eq!(ended.status, "completed", "{}", ended.error);
+    let files = written(&mount, &prompt_texts(PROMPTS));
+    assert_eq!(files.ids.len(), PROMPTS);
+    assert!(files.ids.values().all(|&n| n == 1), "a record twice");
+    assert_result_matches(&ended, &files, "after the share came back");
+    assert_eq!(
+        task_events(&mut c, &id, "unreachable").await.len(),
+        1,
+        "said more than once"
+    );
+}
+
 /// The daemon (process id) holding each shard of a running sharded task,
 /// by shard index; `None` for a shard nobody holds (or done).
 fn shard_holders(t: &proto::Task) -> Vec<Option<u32>> {

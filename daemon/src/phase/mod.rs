@@ -27,6 +27,7 @@ pub mod lossy_fs;
 pub mod model;
 pub mod places;
 pub mod plan_step;
+pub mod reach;
 pub mod record_pipeline;
 pub mod runtime;
 pub mod sample;

@@ -20,6 +20,7 @@ use tokio::task::JoinSet;
 
 use super::files::SharedFs;
 use super::lease_keeper::{renew_every, LeaseKeeper};
+use super::reach::Unreached;
 use super::units::{self, Look, Mine, Start, Unit};
 use super::{kinds, Boundaries, Ended, RunContext};
 use crate::domain::{Status, TaskId};
@@ -124,6 +125,7 @@ pub async fn run(store: Store, settings: Settings, mut shutdown: watch::Receiver
     let mut committed = store.subscribe();
     let mut running: HashMap<Unit, Running> = HashMap::new();
     let mut active: JoinSet<Unit> = JoinSet::new();
+    let mut unreached = Unreached::default();
     // The leases of this daemon's runs, renewed well before they end (on a
     // database several daemons share, an expired one is taken).
     let leases = LeaseKeeper::start(store.clone(), settings.run_id.clone());
@@ -148,7 +150,10 @@ pub async fn run(store: Store, settings: Settings, mut shutdown: watch::Receiver
             store.runnable_phase_tasks().await
         };
         match tasks {
-            Ok(tasks) => look(&store, &settings, &tasks, &mut running, &mut active).await,
+            Ok(tasks) => {
+                let table = (&mut running, &mut active, &mut unreached);
+                look(&store, &settings, &tasks, table).await
+            }
             Err(error) => tracing::error!(%error, "cannot list phase tasks"),
         }
         tokio::select! {
@@ -194,8 +199,11 @@ async fn look(
     store: &Store,
     settings: &Settings,
     tasks: &[PhaseTask],
-    running: &mut HashMap<Unit, Running>,
-    active: &mut JoinSet<Unit>,
+    (running, active, unreached): (
+        &mut HashMap<Unit, Running>,
+        &mut JoinSet<Unit>,
+        &mut Unreached,
+    ),
 ) {
     let sharded: Vec<TaskId> = tasks
         .iter()
@@ -262,6 +270,11 @@ async fn look(
         let Some(task) = tasks.iter().find(|t| t.id == task) else {
             continue;
         };
+        // On a shared database, a daemon that cannot reach the task's
+        // directories leaves it (and its shards) to the others.
+        if !unreached.may_claim(store, task.id, &settings.run_id).await {
+            continue;
+        }
         // The lease's term is counted from inside the write, after this.
         let taken = tokio::time::Instant::now();
         let Some((unit, attempt)) = begin(store, start, &settings.run_id).await else {

@@ -32,3 +32,24 @@ pub(super) fn record(
     )?
     .ok_or_else(|| domain::Error::task_not_found(id).into())
 }
+
+impl super::Store {
+    /// Records that daemon run `run_id` leaves `task` to the others: it
+    /// cannot reach the directories the task writes into (`why`).
+    pub async fn note_unreachable(
+        &self,
+        task: TaskId,
+        run_id: &str,
+        why: &str,
+    ) -> Result<(), Error> {
+        let (run_id, why) = (
+            run_id.to_string(),
+            format!("{run_id} does not claim it: {why}"),
+        );
+        self.write(move |db| {
+            let seq = record(db, task, "unreachable", Some(&run_id), &why)?;
+            Ok(((), Some(seq)))
+        })
+        .await
+    }
+}

@@ -26,12 +26,13 @@ pub struct NotableEvent {
 }
 
 /// The event types [`Store::notable_events`] returns.
-pub const NOTABLE: [&str; 5] = [
+pub const NOTABLE: [&str; 6] = [
     "schedule_fired",
     "schedule_ended",
     "drift",
     "calibration",
     "resumed",
+    "unreachable",
 ];
 
 impl Store {
