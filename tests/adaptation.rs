@@ -416,3 +416,87 @@ async fn an_adaptation_killed_again_and_again_writes_the_same_bytes() {
         (SAMPLED as i64, SAMPLED as i64)
     );
 }
+
+/// An adaptation split into three shards: each adapts its share of the
+/// lines into its parts, and once all are done the output and rejects are
+/// put together from the parts, with a manifest naming them. The records
+/// and rejects are those one unsharded run writes (in shard order), and
+/// the counts a user reads are the same, sample included.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sharded_adaptation_writes_the_records_one_run_writes() {
+    let daemon = TestDaemon::start().await;
+    let mut c = daemon.client().await;
+    let dir = tempfile::tempdir().unwrap();
+    // Agentic conversations, ShareGPT ones and bad lines, in one file.
+    let input = dir.path().join("mixed.jsonl");
+    let mut bytes = Vec::new();
+    for name in ["tool_use.jsonl", "sharegpt.jsonl", "bad_lines.jsonl"] {
+        bytes.extend(std::fs::read(fixture(&format!("prompts/{name}"))).unwrap());
+        if bytes.last() != Some(&b'\n') {
+            bytes.push(b'\n');
+        }
+    }
+    std::fs::write(&input, bytes).unwrap();
+    let extra = json!({
+        "target": fixture("smollm2"), "max_rejected_share": 1.0,
+        "sample": {"count": 250, "seed": 3},
+    });
+    let (whole, expected) = adapt(&mut c, dir.path(), "whole", input.clone(), extra.clone()).await;
+    assert_eq!(whole.status, "completed", "{}", whole.error);
+    let mut sharded = extra.clone();
+    sharded["shards"] = 3.into();
+    let (task, got) = adapt(&mut c, dir.path(), "sharded", input, sharded).await;
+    assert_eq!(task.status, "completed", "{}", task.error);
+
+    let sorted = |v: &[Value]| {
+        let mut lines: Vec<String> = v.iter().map(Value::to_string).collect();
+        lines.sort();
+        lines
+    };
+    assert_eq!(got.len(), expected.len());
+    assert_eq!(
+        sorted(&got),
+        sorted(&expected),
+        "not the records one run writes"
+    );
+    let rejects = |name: &str| lines(&dir.path().join(format!("{name}.jsonl.rejects.jsonl")));
+    assert!(
+        !rejects("whole").is_empty(),
+        "the bad lines were not rejected"
+    );
+    assert_eq!(sorted(&rejects("sharded")), sorted(&rejects("whole")));
+
+    // The whole is its parts, in shard order, and the manifest says so.
+    let output = dir.path().join("sharded.jsonl");
+    let mut joined = Vec::new();
+    for index in 0..3 {
+        let part = dir.path().join(format!("sharded.part-{index:04}.jsonl"));
+        joined.extend(std::fs::read(part).unwrap());
+    }
+    assert_eq!(std::fs::read(&output).unwrap(), joined);
+    let manifest: Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.path().join("sharded.jsonl.manifest.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(manifest["shards"], 3);
+    assert_eq!(manifest["files"][0]["lines"], got.len());
+    assert_eq!(manifest["files"][0]["parts"].as_array().unwrap().len(), 3);
+
+    // The counts are one run's: the result but for its paths and shards.
+    let result = |t: &proto::Task| -> Value {
+        let mut v: Value = serde_json::from_str(&t.result_json).unwrap();
+        let fields = v.as_object_mut().unwrap();
+        for path in ["output", "rejects"] {
+            assert!(fields.remove(path).is_some(), "{path}");
+        }
+        fields.remove("shards");
+        fields.remove("parts");
+        v
+    };
+    let told: Value = serde_json::from_str(&task.result_json).unwrap();
+    assert_eq!(told["shards"], 3);
+    assert_eq!(told["records"], got.len());
+    assert_eq!(result(&task), result(&whole));
+    let progress = task.progress.unwrap();
+    assert_eq!(progress.done as usize, got.len());
+}

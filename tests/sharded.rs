@@ -75,6 +75,35 @@ async fn a_sharded_spec_is_checked() {
             refused.message()
         );
     }
+    // The CPU kinds that shard are held to the same range; a filter does
+    // not shard, and says why.
+    let input = dir.path().join("prompts.jsonl");
+    let specs = [
+        (
+            "prompt_adaptation",
+            serde_json::json!({"input": input, "output": dir.path().join("a.jsonl"), "shards": 65}),
+        ),
+        (
+            "tokenization",
+            serde_json::json!({"input": input, "output_prefix": dir.path().join("t"),
+            "tokenizer": todod_e2e::fixtures::fixture("smollm2"), "shards": 0}),
+        ),
+        (
+            "filter",
+            serde_json::json!({"input": input, "output": dir.path().join("f.jsonl"), "shards": 2}),
+        ),
+    ];
+    for (kind, spec) in specs {
+        let refused = todod_e2e::create_phase(&mut c, "gen", kind, &spec.to_string(), &[])
+            .await
+            .unwrap_err();
+        assert_eq!(refused.code(), tonic::Code::InvalidArgument, "{kind}");
+        assert!(
+            refused.message().contains("spec.shards"),
+            "{kind}: {}",
+            refused.message()
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -452,3 +452,116 @@ async fn a_tokenization_killed_again_and_again_writes_the_same_bytes() {
         (kept as i64, kept as i64, 0)
     );
 }
+
+/// A tokenization split into three shards and killed again and again: each
+/// shard tokenizes its share into its parts of the token store, and once
+/// all are done the store is put together and finished as one run's. It
+/// holds exactly the records an uninterrupted, unsharded run holds (each
+/// one's tokens, mask and labels the same), in shard order, with the same
+/// counts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sharded_tokenization_through_kills_holds_what_one_run_holds() {
+    const RECORDS: usize = 20_000;
+    const SHARDS: usize = 3;
+    const KILLS: usize = 8;
+    const MIN_KILLS: usize = 3;
+    let mut rng = TestRng::new("a_sharded_tokenization_through_kills");
+    let data = tempfile::tempdir().unwrap();
+    let input = data.path().join("generated.jsonl");
+    let records = write_generation_output(&input, RECORDS, &mut rng);
+    let spec = |prefix: &Path, shards: usize| {
+        json!({
+            "input": input, "tokenizer": fixture("smollm2"), "output_prefix": prefix,
+            "mode": "conversation", "threads": 2, "shards": shards,
+        })
+    };
+    let reference = data.path().join("reference");
+    let daemon = TestDaemon::start().await;
+    let mut c = daemon.client().await;
+    let id = create(&mut c, "ref", &spec(&reference, 1)).await;
+    let expected = finished(&mut c, "ref", &id).await;
+    drop(daemon);
+
+    let sharded = data.path().join("sharded");
+    let state = tempfile::tempdir().unwrap();
+    let mut daemon = RealDaemon::spawn(state.path());
+    let mut c = daemon.client().await;
+    let id = create(&mut c, "shards", &spec(&sharded, SHARDS)).await;
+    let kills = kill_repeatedly(&mut daemon, state.path(), "shards", &id, KILLS, || {
+        Duration::from_millis(rng.below(500))
+    })
+    .await;
+    let mut c = daemon.client().await;
+    let task = finished(&mut c, "shards", &id).await;
+    daemon.terminate();
+    let kills = assert_kill_floor(&kills, MIN_KILLS, &rng.replay());
+
+    // Every record one run keeps, once, with the same tokens and labels.
+    let whole = read_parquet(&with(&reference, ".parquet"));
+    let rows = read_parquet(&with(&sharded, ".parquet"));
+    let (kept, _, _) = sorted_by_the_spec(&records);
+    assert_eq!(whole.len(), kept.len());
+    assert_eq!(rows.len(), whole.len(), "after {kills} kills");
+    let by_id: std::collections::HashMap<&str, _> =
+        whole.iter().map(|row| (row.0.as_str(), row)).collect();
+    let mut seen = std::collections::HashSet::new();
+    for row in &rows {
+        assert!(seen.insert(row.0.as_str()), "{} twice", row.0);
+        assert_eq!(Some(&row), by_id.get(row.0.as_str()), "{}", row.0);
+    }
+    // In shard order: line n is shard (n - 1) mod 3's, and record `r{i}` is
+    // on line i + 1.
+    let shard_of = |id: &str| id[1..].parse::<usize>().unwrap() % SHARDS;
+    assert!(
+        rows.windows(2)
+            .all(|w| shard_of(&w[0].0) <= shard_of(&w[1].0)),
+        "not in shard order"
+    );
+    // The Megatron dataset holds the same sequences, in the Parquet's order.
+    let indexed = megatron::read(&sharded);
+    assert_eq!(indexed.sequences.len(), rows.len());
+    for (sequence, row) in indexed.sequences.iter().zip(&rows) {
+        let ids: Vec<u32> = row.1.iter().map(|&t| t as u32).collect();
+        assert_eq!(sequence, &ids, "{}", row.0);
+    }
+    let rejects = |prefix: &Path| {
+        let mut lines: Vec<String> = std::fs::read_to_string(with(prefix, ".rejects.jsonl"))
+            .unwrap()
+            .lines()
+            .map(str::to_string)
+            .collect();
+        lines.sort();
+        lines
+    };
+    assert_eq!(rejects(&sharded), rejects(&reference));
+
+    // The counts are one run's; the parts are named, and make the store.
+    let counts = |t: &proto::Task| -> Value {
+        let mut v: Value = serde_json::from_str(&t.result_json).unwrap();
+        let fields = v.as_object_mut().unwrap();
+        for path in [
+            "bin", "idx", "manifest", "rejects", "parquet", "shards", "parts",
+        ] {
+            fields.remove(path);
+        }
+        v
+    };
+    assert_eq!(counts(&task), counts(&expected));
+    let result: Value = serde_json::from_str(&task.result_json).unwrap();
+    assert_eq!(result["shards"], SHARDS);
+    let parts: Value =
+        serde_json::from_str(&std::fs::read_to_string(result["parts"].as_str().unwrap()).unwrap())
+            .unwrap();
+    for file in parts["files"].as_array().unwrap() {
+        let path = PathBuf::from(file["path"].as_str().unwrap());
+        assert_eq!(file["parts"].as_array().unwrap().len(), SHARDS, "{file}");
+        assert_eq!(
+            file["bytes"].as_u64().unwrap(),
+            std::fs::metadata(&path).unwrap().len(),
+            "{}",
+            path.display()
+        );
+    }
+    let progress = task.progress.unwrap();
+    assert_eq!(progress.done as usize, kept.len());
+}

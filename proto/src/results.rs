@@ -372,6 +372,13 @@ pub struct AdaptationResult {
     pub rejects: String,
     #[serde(default)]
     pub sample: Option<AdaptationSample>,
+    /// The shards it ran in, if it was sharded (its counts are theirs added
+    /// up, its files put together from their parts).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shards: Option<u32>,
+    /// The file naming the parts, if it was sharded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parts: Option<String>,
 }
 
 /// A tokenization task's result.
@@ -397,6 +404,13 @@ pub struct TokenizationResult {
     /// The tokenizer's identity, from the manifest.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tokenizer: Option<Value>,
+    /// The shards it ran in, if it was sharded (its counts are theirs added
+    /// up, its files put together from their parts).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shards: Option<u32>,
+    /// The file naming the parts, if it was sharded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parts: Option<String>,
 }
 
 /// A filter task's result: the records kept, and the others by reason.

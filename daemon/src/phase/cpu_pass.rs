@@ -9,13 +9,22 @@ use super::record_pipeline::{self, PassEnd, PassPlan, Processor, RecordPhase};
 use super::state::PhaseState;
 use super::RunContext;
 
-/// The pass of `input` into `files` (in the order the phase indexes them).
-pub fn plan(input: &Path, files: Vec<PathBuf>, overwrite: bool) -> PassPlan {
+/// The pass of `input` into `files` (in the order the phase indexes them),
+/// or of `shard`'s share of it into the shard's parts of them.
+pub fn plan(
+    input: &Path,
+    files: Vec<PathBuf>,
+    overwrite: bool,
+    shard: Option<crate::domain::shards::Shard>,
+) -> PassPlan {
     PassPlan {
         input: input.to_path_buf(),
-        files,
+        files: match shard {
+            Some(shard) => files.iter().map(|f| shard.part_path(f)).collect(),
+            None => files,
+        },
         existing: Existing::when(overwrite),
-        shard: None,
+        shard,
     }
 }
 

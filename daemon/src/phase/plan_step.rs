@@ -169,6 +169,20 @@ pub fn no_properties() -> Value {
     Value::Null
 }
 
+/// The `shards` option of a step whose kind shards, as the schema shows it.
+pub fn shards_property(what: &str) -> Value {
+    serde_json::json!({
+        "type": "integer", "minimum": 1, "maximum": crate::domain::shards::MAX_SHARDS,
+        "description": format!("Split {what} into this many shards run at once (by several \
+                                daemons on one PostgreSQL database, or by one)"),
+    })
+}
+
+/// The properties of a step whose only documented option is `shards`.
+pub fn shards_only(what: &str) -> Value {
+    serde_json::json!({ "shards": shards_property(what) })
+}
+
 /// No checks of the section beyond the spec's own.
 pub fn no_check(_: &Map<String, Value>) -> Result<(), SectionRefusal> {
     Ok(())

@@ -5,15 +5,194 @@
 //! (`files::stage`, `files::publish`): the result is a pure function of the
 //! committed parts, so a run killed half-way does it again to the same
 //! bytes. The parts stay where they are; the manifest says what each held.
+//!
+//! Also what every kind that shards shares: which role a run has (the whole
+//! task, one shard, or the put-together), the checkpoint it resumes from,
+//! its part files, and the shards' counters added up.
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 
+use serde::de::DeserializeOwned;
+use serde::Serialize;
 use serde_json::{json, Value};
 
 use super::files::{self, Entry, Fs, SeqReader};
 use super::state::PhaseState;
 use super::RunContext;
 use crate::domain::shards::Shard;
+
+/// What a run of a task its spec splits into `of` shards does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// The task is not sharded: the run does all of it.
+    Whole,
+    /// The run does this shard's share, into its part files.
+    Shard(Shard),
+    /// Every shard is done: the run puts the task's files together.
+    PutTogether(u32),
+}
+
+impl Role {
+    pub fn of(run: &RunContext, of: u32) -> Role {
+        match (of > 1, run.shard) {
+            (false, _) => Role::Whole,
+            (true, Some(shard)) => Role::Shard(shard),
+            (true, None) => Role::PutTogether(of),
+        }
+    }
+
+    /// The shard a run's pass takes, if it is one shard's.
+    pub fn shard(self) -> Option<Shard> {
+        match self {
+            Role::Shard(shard) => Some(shard),
+            _ => None,
+        }
+    }
+}
+
+/// The checkpoint a run resumes from: its shard's, or the task's; a fresh
+/// one for its first run.
+pub async fn resume(run: &RunContext) -> Result<PhaseState, String> {
+    let shard = run.shard.map(|s| s.index);
+    Ok(PhaseState::load_of(&run.store, run.task, shard)
+        .await?
+        .unwrap_or_default())
+}
+
+/// The clock (seconds) a pass's templates see as `strftime_now`: now for a
+/// whole task; for a shard, the task's creation, so that every shard
+/// renders alike whenever it starts (a retry moves the task's start).
+pub async fn pass_clock(run: &RunContext) -> Result<i64, String> {
+    let now = crate::store::now_ms();
+    if run.shard.is_none() {
+        return Ok(now / 1000);
+    }
+    let task = run
+        .store
+        .get_task(run.task)
+        .await
+        .map_err(|e| format!("cannot read the task: {e}"))?;
+    Ok(task.created_at.unwrap_or(now) / 1000)
+}
+
+/// The counters of a kind that shards: a sharded task's are its shards'
+/// added up.
+pub trait Counters: DeserializeOwned + Default {
+    fn add(&mut self, other: &Self);
+}
+
+/// The shards' counters added up.
+pub fn summed<S: Counters>(parts: &[(Shard, PhaseState)]) -> Result<S, String> {
+    let mut total = S::default();
+    for (shard, state) in parts {
+        let stats: S = state
+            .stats()
+            .map_err(|e| format!("{}: {e}", shard.label()))?;
+        total.add(&stats);
+    }
+    Ok(total)
+}
+
+/// The set-up every shard's pass recorded (the template, the tokenizer, the
+/// clock), which must be the same in all of them: the parts of a task whose
+/// model files changed between its shards would not be one output.
+pub fn same_setup(parts: &[(Shard, PhaseState)]) -> Result<Value, String> {
+    let Some((first, state)) = parts.first() else {
+        return Ok(Value::Null);
+    };
+    for (shard, other) in &parts[1..] {
+        if other.setup != state.setup {
+            return Err(format!(
+                "{} was not set up as {} was ({} then, {} now): the model's files changed \
+                 between the shards, and their parts would not make one output. Restore them, \
+                 or start a new task",
+                shard.label(),
+                first.label(),
+                state.setup,
+                other.setup
+            ));
+        }
+    }
+    Ok(state.setup.clone())
+}
+
+/// How a shard's run ends once its share is written: the shard is done,
+/// with its checkpoint; the task's verdict waits for the put-together,
+/// which judges the shards' counters added up.
+pub fn share_done(state: PhaseState) -> super::Ended {
+    super::Ended::Completed {
+        result: String::new(),
+        state: Some(state),
+    }
+}
+
+/// Puts the task's files (`finals`) together from its shards' `parts` (on
+/// a blocking thread), with the manifest naming the parts at `manifest`;
+/// returns the manifest.
+pub async fn put_together(
+    run: &RunContext,
+    parts: &[(Shard, PhaseState)],
+    finals: Vec<PathBuf>,
+    manifest: PathBuf,
+    overwrite: bool,
+) -> Result<Value, String> {
+    let (fs, joined, attempt) = (run.fs.clone(), parts.to_vec(), run.attempt.clone());
+    let document = tokio::task::spawn_blocking(move || {
+        assemble(&*fs, &finals, &joined, &manifest, overwrite, &attempt)
+    })
+    .await
+    .map_err(|e| format!("putting the shards together failed: {e}"))?
+    .map_err(|e| {
+        format!(
+            "cannot put the shards together: {}",
+            super::spec::plain_io(&e)
+        )
+    })?;
+    Ok(document)
+}
+
+/// The whole task's checkpoint once its files are put together: the files
+/// as the manifest `document` lists them, the input whole (no shard's), the
+/// counters `stats`, the pass complete. What the kind's verdict judges.
+pub fn whole_state<S: Serialize>(
+    parts: &[(Shard, PhaseState)],
+    document: &Value,
+    stats: &S,
+    setup: Value,
+) -> PhaseState {
+    let files = document["files"]
+        .as_array()
+        .map(|listed| {
+            listed
+                .iter()
+                .map(|f| {
+                    let mut file = files::FileState::planned(PathBuf::from(
+                        f["path"].as_str().unwrap_or_default(),
+                    ));
+                    file.committed = f["bytes"].as_u64().unwrap_or(0);
+                    file
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let input = parts
+        .first()
+        .and_then(|(_, s)| s.input.clone())
+        .map(|mut i| {
+            i.shard = None;
+            i
+        });
+    let mut state = PhaseState {
+        pass: parts.iter().map(|(_, s)| s.pass).max().unwrap_or(0),
+        input,
+        complete: true,
+        files,
+        setup,
+        ..PhaseState::default()
+    };
+    state.set_stats(stats);
+    state
+}
 
 /// The last checkpoints of the task's `of` shards, in shard order; an error
 /// names a shard that has none (it never ran: the task cannot be
@@ -132,4 +311,77 @@ pub fn assemble(
     // The manifest is a pure function of the parts too: replaced freely.
     files::publish_from(fs, &tmp, manifest, true)?;
     Ok(document)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state(setup: Value, records: u64, lines: u64, shard: Shard) -> PhaseState {
+        let mut state = PhaseState {
+            setup,
+            input: Some(crate::phase::state::InputState {
+                path: PathBuf::from("/in.jsonl"),
+                identity: files::InputIdentity {
+                    dev: 1,
+                    ino: 2,
+                    len: 3,
+                    mtime_ns: 4,
+                },
+                lines,
+                duplicates: 0,
+                shard: Some(shard),
+            }),
+            complete: true,
+            ..PhaseState::default()
+        };
+        state.set_stats(&json!({ "records": records }));
+        state
+    }
+
+    #[derive(Default, serde::Deserialize, Serialize)]
+    struct Records {
+        records: u64,
+    }
+
+    impl Counters for Records {
+        fn add(&mut self, other: &Records) {
+            self.records += other.records;
+        }
+    }
+
+    #[test]
+    fn the_whole_is_its_shards_added_up_if_they_were_set_up_alike() {
+        let of = 3;
+        let parts: Vec<_> = (0..of)
+            .map(|index| {
+                let shard = Shard { index, of };
+                (
+                    shard,
+                    state(json!({"template": "abc"}), 10 + u64::from(index), 99, shard),
+                )
+            })
+            .collect();
+        let total: Records = summed(&parts).unwrap();
+        assert_eq!(total.records, 33);
+        let setup = same_setup(&parts).unwrap();
+        assert_eq!(setup, json!({"template": "abc"}));
+        let document = json!({"files": [{"path": "/out.jsonl", "bytes": 1234, "lines": 33}]});
+        let whole = whole_state(&parts, &document, &total, setup);
+        assert_eq!(whole.files[0].path, PathBuf::from("/out.jsonl"));
+        assert_eq!(whole.files[0].committed, 1234);
+        let input = whole.input.as_ref().unwrap();
+        assert_eq!((input.lines, input.shard), (99, None));
+        assert!(whole.complete && !whole.closed);
+        assert_eq!(whole.stats::<Records>().unwrap().records, 33);
+
+        // A shard set up otherwise (the template changed in between) is named.
+        let mut odd = parts.clone();
+        odd[2].1.setup = json!({"template": "xyz"});
+        let why = same_setup(&odd).unwrap_err();
+        assert!(
+            why.starts_with("shard 2 of 3 was not set up as shard 0 of 3 was"),
+            "{why}"
+        );
+    }
 }

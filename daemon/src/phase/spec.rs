@@ -170,6 +170,13 @@ fn strip_location(message: &str) -> String {
 }
 
 /// An integer within `range`, or a refusal that names the field and the range.
+/// A spec's `shards`: how many shards the task is split into (1, the
+/// default: not split).
+pub fn shards(value: Option<i64>) -> Result<u32, Error> {
+    let most = i64::from(crate::domain::shards::MAX_SHARDS);
+    Ok(int_in("shards", value.unwrap_or(1), 1..=most)? as u32)
+}
+
 pub fn int_in(name: &str, value: i64, range: std::ops::RangeInclusive<i64>) -> Result<i64, Error> {
     if range.contains(&value) {
         Ok(value)

@@ -314,3 +314,19 @@ fn a_sharded_generation_is_asked_for_in_its_section_and_checked_there() {
     assert_eq!(spec.shards, 3);
     assert_eq!(gen.file_path("spec.shards"), "generation.shards");
 }
+
+#[test]
+fn adaptation_and_tokenization_shard_from_their_sections_too() {
+    let text = format!("{GOOD}\n[adaptation]\nshards = 2\n\n[tokenization]\nshards = 4\n");
+    let p = parse(&text, None).unwrap();
+    let steps = derive(&p);
+    let json = |i: usize| serde_json::Value::Object(steps[i].spec.clone()).to_string();
+    let adaptation = crate::phase::kinds::adaptation::AdaptationSpec::parse(&json(0)).unwrap();
+    assert_eq!(adaptation.shards, 2);
+    let tokenization =
+        crate::phase::kinds::tokenization::TokenizationSpec::parse(&json(3)).unwrap();
+    assert_eq!(tokenization.shards, 4);
+    // Unsharded unless asked.
+    let steps = derive(&parse(GOOD, None).unwrap());
+    assert!(steps[0].spec.get("shards").is_none());
+}

@@ -34,7 +34,7 @@ impl PhaseKind for Adaptation {
         describe: "Options of the prompt_adaptation phase, passed to its spec as they are \
                    (output_format, system_prompt, max_prompt_tokens, threads, ...). input, \
                    output, rejects, target and sample are derived.",
-        properties: plan_step::no_properties,
+        properties: || plan_step::shards_only("the prompt set"),
         check: plan_step::no_check,
         derive,
     });

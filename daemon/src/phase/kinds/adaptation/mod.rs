@@ -26,6 +26,7 @@ use crate::phase::cursor::Line;
 use crate::phase::model::Templates;
 use crate::phase::record_pipeline::{self, Files, RecordPhase};
 use crate::phase::state::{InputState, PassCounts, PhaseState};
+use crate::phase::shards::{self, Role};
 use crate::phase::{cpu_pass, Ended, RunContext};
 use crate::proto::results::{
     AdaptationResult, AdaptationSample, LengthQuantiles, ToolCounts, TrailingCounts,
@@ -65,6 +66,34 @@ pub struct Stats {
     /// Lines left out by the spec's `sample`.
     #[serde(default)]
     pub not_sampled: u64,
+}
+
+fn add_counts(into: &mut BTreeMap<String, u64>, from: &BTreeMap<String, u64>) {
+    for (key, n) in from {
+        *into.entry(key.clone()).or_default() += n;
+    }
+}
+
+impl crate::phase::shards::Counters for Stats {
+    fn add(&mut self, other: &Stats) {
+        self.records += other.records;
+        self.rejected += other.rejected;
+        add_counts(&mut self.formats, &other.formats);
+        add_counts(&mut self.roles, &other.roles);
+        self.system.kept += other.system.kept;
+        self.system.dropped += other.system.dropped;
+        self.system.folded += other.system.folded;
+        self.system.replaced += other.system.replaced;
+        self.trailing_dropped += other.trailing_dropped;
+        self.trailing_prefilled += other.trailing_prefilled;
+        self.trailing_kept += other.trailing_kept;
+        self.with_tools += other.with_tools;
+        self.tool_calls += other.tool_calls;
+        for (len, n) in &other.lengths {
+            *self.lengths.entry(*len).or_default() += n;
+        }
+        self.not_sampled += other.not_sampled;
+    }
 }
 
 impl Stats {
@@ -513,6 +542,7 @@ fn prepare(spec: &AdaptationSpec, now: i64) -> Result<Adaptation, String> {
 }
 
 fn verdict(spec: &AdaptationSpec, mut state: PhaseState, template: Option<&str>) -> Ended {
+    let sharded = spec.shards > 1;
     let stats: Stats = match state.stats() {
         Ok(s) => s,
         Err(e) => return Ended::broke_off(e),
@@ -571,6 +601,8 @@ fn verdict(spec: &AdaptationSpec, mut state: PhaseState, template: Option<&str>)
             seed: s.seed,
             not_sampled: stats.not_sampled,
         }),
+        shards: sharded.then_some(spec.shards),
+        parts: sharded.then(|| spec.parts().display().to_string()),
     };
     Ended::Completed {
         result: serde_json::to_string(&result).unwrap_or_default(),
@@ -580,13 +612,20 @@ fn verdict(spec: &AdaptationSpec, mut state: PhaseState, template: Option<&str>)
 
 /// Runs (or resumes) one attempt; `Err` breaks it off (see `kind.rs`).
 async fn run_inner(run: &RunContext, spec: AdaptationSpec) -> Result<Ended, String> {
-    let mut state = PhaseState::resume(&run.store, run.task).await?;
+    let role = Role::of(run, spec.shards);
+    let mut state = shards::resume(run).await?;
     let mut setup: Setup = serde_json::from_value(state.setup.clone()).unwrap_or_default();
     if state.closed {
         return Ok(verdict(&spec, state, setup.template.as_deref()));
     }
+    if let Role::PutTogether(of) = role {
+        return put_together(run, &spec, of).await;
+    }
     if state.input.is_none() {
-        setup.now = spec.now.unwrap_or(crate::store::now_ms() / 1000);
+        setup.now = match spec.now {
+            Some(now) => now,
+            None => shards::pass_clock(run).await?,
+        };
     }
     let (spec2, now) = (spec.clone(), setup.now);
     let phase = tokio::task::spawn_blocking(move || prepare(&spec2, now))
@@ -608,7 +647,7 @@ async fn run_inner(run: &RunContext, spec: AdaptationSpec) -> Result<Ended, Stri
     if !state.complete {
         let worker = phase.clone();
         let files = vec![spec.output.clone(), spec.rejects.clone()];
-        let plan = cpu_pass::plan(&spec.input, files, spec.overwrite);
+        let plan = cpu_pass::plan(&spec.input, files, spec.overwrite, role.shard());
         let pass = cpu_pass::run(
             run,
             phase,
@@ -622,5 +661,23 @@ async fn run_inner(run: &RunContext, spec: AdaptationSpec) -> Result<Ended, Stri
             None => return Ok(Ended::Stopped),
         };
     }
+    if role.shard().is_some() {
+        // A shard's share is judged with the others', once all are done.
+        return Ok(shards::share_done(state));
+    }
     Ok(verdict(&spec, state, template.as_deref()))
+}
+
+/// The end of a sharded adaptation, once every shard is done: the output
+/// and rejects put together from the parts, and the verdict on the
+/// shards' counters added up, as if one run had read the whole input.
+async fn put_together(run: &RunContext, spec: &AdaptationSpec, of: u32) -> Result<Ended, String> {
+    let parts = shards::shard_states(run, of).await?;
+    let setup = shards::same_setup(&parts)?;
+    let finals = vec![spec.output.clone(), spec.rejects.clone()];
+    let document = shards::put_together(run, &parts, finals, spec.parts(), spec.overwrite).await?;
+    let stats: Stats = shards::summed(&parts)?;
+    let template = setup["template"].as_str().map(str::to_string);
+    let state = shards::whole_state(&parts, &document, &stats, setup);
+    Ok(verdict(spec, state, template.as_deref()))
 }

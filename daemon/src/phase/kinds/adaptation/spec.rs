@@ -28,6 +28,7 @@ pub const OUTPUT_FIELDS: &[&str] = &[
     "now",
     "system_prompt",
     "trailing_assistant",
+    "shards",
     "role_map",
     "max_prompt_tokens",
     "batch",
@@ -144,6 +145,8 @@ struct Raw {
     #[serde(default)]
     threads: Option<i64>,
     #[serde(default)]
+    shards: Option<i64>,
+    #[serde(default)]
     overwrite: Option<bool>,
     // Read from the stored JSON by `registry::auto_start`; accepted here.
     #[allow(dead_code)]
@@ -188,6 +191,8 @@ pub struct AdaptationSpec {
     /// Refuse a line with a message that has no text and no tool calls.
     pub reject_empty: bool,
     pub threads: usize,
+    /// Shards the input is split into (1: not split).
+    pub shards: u32,
     pub overwrite: bool,
 }
 
@@ -325,6 +330,7 @@ fn typed(raw: Raw) -> Result<AdaptationSpec, Error> {
         tool_arguments: raw.tool_arguments.unwrap_or_default(),
         reject_empty: raw.reject_empty.unwrap_or(false),
         threads,
+        shards: check::shards(raw.shards)?,
         overwrite: raw.overwrite.unwrap_or(false),
     })
 }
@@ -332,6 +338,11 @@ fn typed(raw: Raw) -> Result<AdaptationSpec, Error> {
 impl AdaptationSpec {
     pub fn parse(json: &str) -> Result<AdaptationSpec, Error> {
         typed(check::parse(json)?)
+    }
+
+    /// Where a sharded adaptation says which parts make its files.
+    pub fn parts(&self) -> PathBuf {
+        beside(&self.output, ".manifest.json")
     }
 
     /// Checks a spec a client sent; returns it with canonical paths, the

@@ -545,7 +545,7 @@ async fn run_inner(run: &RunContext, spec: FilterSpec) -> Result<Ended, String> 
             seen: Mutex::new(Seen::default()),
         });
         let files = vec![spec.output.clone(), spec.rejects.clone()];
-        let plan = cpu_pass::plan(&spec.input, files, spec.overwrite);
+        let plan = cpu_pass::plan(&spec.input, files, spec.overwrite, None);
         // The output as the checkpoint left it is what was kept before.
         let rebuild = {
             let (work, phase, output) = (work.clone(), phase.clone(), spec.output.clone());

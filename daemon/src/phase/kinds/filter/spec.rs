@@ -82,6 +82,8 @@ struct Raw {
     #[serde(default)]
     threads: Option<i64>,
     #[serde(default)]
+    shards: Option<i64>,
+    #[serde(default)]
     overwrite: Option<bool>,
     // Read from the stored JSON by `kinds::auto_start`; accepted here.
     #[allow(dead_code)]
@@ -221,6 +223,13 @@ fn typed(raw: Raw) -> Result<FilterSpec, Error> {
         Some(n) => check::int_in("threads", n, 1..=256)? as usize,
         None => std::thread::available_parallelism().map_or(2, |n| n.get()),
     };
+    if check::shards(raw.shards)? > 1 {
+        return Err(Error::invalid(
+            "spec.shards",
+            "a filter is not split into shards: whether an answer duplicates another (exactly \
+             or nearly) is decided against every answer kept before it, in the whole corpus",
+        ));
+    }
     Ok(FilterSpec {
         rejects: raw.rejects.unwrap_or_else(|| rejects_beside(&raw.output)),
         input: raw.input,

@@ -125,9 +125,7 @@ impl PhaseKind for Generation {
 fn properties() -> Value {
     json!({
         "max_tokens": {"type": "integer", "minimum": 1},
-        "shards": {"type": "integer", "minimum": 1, "maximum": crate::domain::shards::MAX_SHARDS,
-                   "description": "Split the prompts into this many shards run at once (by \
-                                   several daemons on one PostgreSQL database, or by one)"},
+        "shards": crate::phase::plan_step::shards_property("the prompts"),
     })
 }
 

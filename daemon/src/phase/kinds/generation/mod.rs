@@ -583,8 +583,7 @@ async fn resumed_watch(run: &RunContext, held: &Held, concurrency: usize) -> Opt
     Some(Watch::new(vouch).calibrated(calibration))
 }
 
-impl Stats {
-    /// Adds another shard's counters to these.
+impl crate::phase::shards::Counters for Stats {
     fn add(&mut self, other: &Stats) {
         self.records += other.records;
         self.failed += other.failed;
@@ -611,27 +610,12 @@ impl Stats {
 /// failures and rejects files put together from the parts, the manifest,
 /// and the result: the shards' counts added up.
 async fn assemble(run: &RunContext, spec: &GenerationSpec) -> Result<Ended, String> {
-    let parts = crate::phase::shards::shard_states(run, spec.shards).await?;
-    let mut total = Stats::default();
-    let mut passes = 0;
-    for (shard, state) in &parts {
-        let stats: Stats = state
-            .stats()
-            .map_err(|e| format!("{}: {e}", shard.label()))?;
-        total.add(&stats);
-        passes = passes.max(state.pass);
-    }
-    let (fs, finals, manifest) = (run.fs.clone(), spec.files(), spec.manifest());
-    let overwrite = spec.overwrite;
-    let (joined, attempt) = (parts.clone(), run.attempt.clone());
-    tokio::task::spawn_blocking(move || {
-        crate::phase::shards::assemble(&*fs, &finals, &joined, &manifest, overwrite, &attempt)
-    })
-    .await
-    .map_err(|e| format!("putting the shards together failed: {e}"))?
-    .map_err(|e| format!("cannot put the shards together: {}", crate::phase::spec::plain_io(&e)))?;
+    use crate::phase::shards;
+    let parts = shards::shard_states(run, spec.shards).await?;
+    shards::put_together(run, &parts, spec.files(), spec.manifest(), spec.overwrite).await?;
+    let total: Stats = shards::summed(&parts)?;
     let state = PhaseState {
-        pass: passes,
+        pass: parts.iter().map(|(_, s)| s.pass).max().unwrap_or(0),
         ..PhaseState::default()
     };
     let mut result = result(spec, &total, &state, None);

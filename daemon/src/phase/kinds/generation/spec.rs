@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use crate::domain::shards::{Shard, MAX_SHARDS};
+use crate::domain::shards::Shard;
 use crate::domain::Claim;
 use crate::domain::{Error, Kind};
 use crate::inference::Api;
@@ -307,6 +307,6 @@ fn typed(raw: Raw) -> Result<GenerationSpec, Error> {
         overwrite: raw.overwrite.unwrap_or(false),
         max_failed_share: check::share("max_failed_share", raw.max_failed_share.unwrap_or(0.01))?,
         keep_prompt: raw.keep_prompt.unwrap_or(true),
-        shards: check::int_in("shards", raw.shards.unwrap_or(1), 1..=i64::from(MAX_SHARDS))? as u32,
+        shards: check::shards(raw.shards)?,
     })
 }

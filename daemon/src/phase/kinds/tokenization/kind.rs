@@ -34,7 +34,7 @@ impl PhaseKind for Tokenization {
         derived_fields: &["input", "tokenizer", "output_prefix"],
         describe: "Options of the tokenization phase (mode, formats, train_on, add_eos, \
                    max_length, threads, ...). input, tokenizer and output_prefix are derived.",
-        properties: plan_step::no_properties,
+        properties: || plan_step::shards_only("the completions"),
         check: plan_step::no_check,
         derive,
     });

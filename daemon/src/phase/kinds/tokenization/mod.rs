@@ -29,6 +29,7 @@ use crate::phase::cursor::Line;
 use crate::phase::files::{self, Fs, SeqReader};
 use crate::phase::record_pipeline::{self, Files, RecordPhase};
 use crate::phase::state::{InputState, PassCounts, PhaseState};
+use crate::phase::shards::{self, Role};
 use crate::phase::{cpu_pass, Ended, RunContext};
 use crate::proto::results::TokenizationResult;
 use megatron::Dtype;
@@ -67,6 +68,23 @@ struct Setup {
     now: i64,
     tokenizer: String,
     template: Option<String>,
+}
+
+impl crate::phase::shards::Counters for Stats {
+    fn add(&mut self, other: &Stats) {
+        self.records += other.records;
+        self.tokens += other.tokens;
+        self.trained_tokens += other.trained_tokens;
+        for (reason, n) in &other.dropped {
+            *self.dropped.entry(reason.clone()).or_default() += n;
+        }
+        self.rejected += other.rejected;
+        self.straddling += other.straddling;
+        for (bucket, n) in &other.histogram {
+            *self.histogram.entry(*bucket).or_default() += n;
+        }
+        self.max_length = self.max_length.max(other.max_length);
+    }
 }
 
 fn bucket(len: u64) -> u32 {
@@ -370,6 +388,8 @@ fn verdict(spec: &TokenizationSpec, mut state: PhaseState, manifest: Option<Valu
             .contains(&spec::Format::Parquet)
             .then(|| paths.parquet.display().to_string()),
         tokenizer: manifest.map(|m| m["tokenizer"]["identity"].clone()),
+        shards: (spec.shards > 1).then_some(spec.shards),
+        parts: (spec.shards > 1).then(|| paths.parts.display().to_string()),
     };
     Ended::Completed {
         result: serde_json::to_string(&result).unwrap_or_default(),
@@ -379,13 +399,17 @@ fn verdict(spec: &TokenizationSpec, mut state: PhaseState, manifest: Option<Valu
 
 /// Runs (or resumes) one attempt; `Err` breaks it off (see `kind.rs`).
 async fn run_inner(run: &RunContext, spec: TokenizationSpec) -> Result<Ended, String> {
-    let mut state = PhaseState::resume(&run.store, run.task).await?;
+    let role = Role::of(run, spec.shards);
+    let mut state = shards::resume(run).await?;
     if state.closed {
         return Ok(verdict(&spec, state, None));
     }
     let mut setup: Setup = serde_json::from_value(state.setup.clone()).unwrap_or_default();
+    if let Role::PutTogether(of) = role {
+        return put_together(run, &spec, of).await;
+    }
     if state.input.is_none() {
-        setup.now = crate::store::now_ms() / 1000;
+        setup.now = shards::pass_clock(run).await?;
     }
     let (spec2, now) = (spec.clone(), setup.now);
     let (work, identity, template) = tokio::task::spawn_blocking(move || prepare(&spec2, now))
@@ -409,9 +433,7 @@ async fn run_inner(run: &RunContext, spec: TokenizationSpec) -> Result<Ended, St
         dtype,
     });
     if !state.complete {
-        let paths = spec.paths();
-        let files = vec![paths.bin, paths.sizes, paths.mask, paths.ids, paths.rejects];
-        let plan = cpu_pass::plan(&spec.input, files, spec.overwrite);
+        let plan = cpu_pass::plan(&spec.input, store_files(&spec), spec.overwrite, role.shard());
         let pass = cpu_pass::run(
             run,
             phase,
@@ -425,6 +447,57 @@ async fn run_inner(run: &RunContext, spec: TokenizationSpec) -> Result<Ended, St
             None => return Ok(Ended::Stopped),
         };
     }
+    if role.shard().is_some() {
+        // A shard's share of the token store is done; the index, the
+        // Parquet file and the verdict come once the store is put together.
+        return Ok(shards::share_done(state));
+    }
+    finish_and_judge(run, &spec, state, dtype, setup).await
+}
+
+/// The token store's files, in the order the phase indexes them.
+fn store_files(spec: &TokenizationSpec) -> Vec<PathBuf> {
+    let paths = spec.paths();
+    vec![paths.bin, paths.sizes, paths.mask, paths.ids, paths.rejects]
+}
+
+/// The end of a sharded tokenization, once every shard is done: the token
+/// store put together from the shards' parts (each a run of whole records,
+/// so their concatenation is a store), then finished as one run's would be.
+async fn put_together(run: &RunContext, spec: &TokenizationSpec, of: u32) -> Result<Ended, String> {
+    let parts = shards::shard_states(run, of).await?;
+    let setup_json = shards::same_setup(&parts)?;
+    let setup: Setup = serde_json::from_value(setup_json.clone())
+        .map_err(|e| format!("the shards' set-up cannot be read: {e}"))?;
+    let (spec2, now) = (spec.clone(), setup.now);
+    let (work, identity, template) = tokio::task::spawn_blocking(move || prepare(&spec2, now))
+        .await
+        .map_err(|e| format!("loading the tokenizer failed: {e}"))??;
+    if setup.tokenizer != identity || setup.template != template {
+        return Err(format!(
+            "the tokenizer or chat template in {} changed since the shards tokenized; their \
+             parts would no longer be one tokenization. Restore them, or start a new task",
+            spec.tokenizer.display()
+        ));
+    }
+    let dtype = Dtype::for_vocab(work.tokenizer.vocab_size());
+    let paths = spec.paths();
+    let document =
+        shards::put_together(run, &parts, store_files(spec), paths.parts, spec.overwrite).await?;
+    let stats: Stats = shards::summed(&parts)?;
+    let state = shards::whole_state(&parts, &document, &stats, setup_json);
+    finish_and_judge(run, spec, state, dtype, setup).await
+}
+
+/// Builds the index, the Parquet file and the manifest from the committed
+/// token store, and judges the pass.
+async fn finish_and_judge(
+    run: &RunContext,
+    spec: &TokenizationSpec,
+    state: PhaseState,
+    dtype: Dtype,
+    setup: Setup,
+) -> Result<Ended, String> {
     let (fs, spec2, state2) = (run.fs.clone(), spec.clone(), state.clone());
     let manifest =
         tokio::task::spawn_blocking(move || finish(&*fs, &spec2, &state2, dtype, &setup))
@@ -436,5 +509,5 @@ async fn run_inner(run: &RunContext, spec: TokenizationSpec) -> Result<Ended, St
                     crate::phase::spec::plain_io(&e)
                 )
             })?;
-    Ok(verdict(&spec, state, Some(manifest)))
+    Ok(verdict(spec, state, Some(manifest)))
 }

@@ -27,6 +27,7 @@ pub const OUTPUT_FIELDS: &[&str] = &[
     "max_length",
     "drop_over_length",
     "tool_arguments",
+    "shards",
 ];
 
 /// What a record is tokenized as.
@@ -98,6 +99,8 @@ struct Raw {
     #[serde(default)]
     threads: Option<i64>,
     #[serde(default)]
+    shards: Option<i64>,
+    #[serde(default)]
     overwrite: Option<bool>,
     // Read from the stored JSON by `registry::auto_start`; accepted here.
     #[allow(dead_code)]
@@ -128,6 +131,8 @@ pub struct TokenizationSpec {
     /// How tool-call arguments reach the template.
     pub tool_arguments: ToolArguments,
     pub threads: usize,
+    /// Shards the input is split into (1: not split).
+    pub shards: u32,
     pub overwrite: bool,
     pub max_rejected_share: f64,
 }
@@ -147,6 +152,8 @@ pub struct Paths {
     pub idx: PathBuf,
     pub parquet: PathBuf,
     pub manifest: PathBuf,
+    /// A sharded task's list of the parts its store was put together from.
+    pub parts: PathBuf,
 }
 
 fn with_suffix(prefix: &Path, suffix: &str) -> PathBuf {
@@ -167,6 +174,7 @@ impl TokenizationSpec {
             idx: with_suffix(p, ".idx"),
             parquet: with_suffix(p, ".parquet"),
             manifest: with_suffix(p, ".manifest.json"),
+            parts: with_suffix(p, ".parts.json"),
         }
     }
 
@@ -266,6 +274,7 @@ fn typed(raw: Raw) -> Result<TokenizationSpec, Error> {
         drop_over_length: raw.drop_over_length.unwrap_or(true),
         tool_arguments: raw.tool_arguments.unwrap_or_default(),
         threads,
+        shards: check::shards(raw.shards)?,
         overwrite: raw.overwrite.unwrap_or(false),
         max_rejected_share: check::share(
             "max_rejected_share",
