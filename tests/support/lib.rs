@@ -22,6 +22,7 @@ pub use todod::proto;
 
 pub mod browser;
 pub mod cli;
+pub mod daemons;
 pub mod fast_mock;
 pub mod fixtures;
 pub mod gen;
