@@ -14,6 +14,7 @@ use serde_json::Value;
 use todod_e2e::daemons::{daemon, done, poll, shard_holders, task};
 use todod_e2e::fixtures::fixture;
 use todod_e2e::mock_openai::{MockOpenAi, Settings};
+use todod_e2e::rng::TestRng;
 use todod_e2e::{ids, megatron, parquet_rows::read_parquet, proto, Client, RealDaemon};
 
 /// The example plan as it is in the repository, pointed at `endpoint`,
@@ -61,8 +62,11 @@ fn example_plan(endpoint: &str, prompts: &Path, out: &Path, shards: u32) -> Stri
     format!("{text}\n[adaptation]\nshards = {shards}\n")
 }
 
-/// The example's ShareGPT prompts `rounds` times over, under new ids.
-fn many_prompts(path: &Path, rounds: usize) -> usize {
+/// The example's ShareGPT prompts `rounds` times over, under new ids, each
+/// question led by a dozen words of its own: the mock answers a question
+/// with its text, so the answers differ enough for the filter to keep most
+/// of them, and the tokenization has thousands of records to do.
+fn many_prompts(path: &Path, rounds: usize, rng: &mut TestRng) -> usize {
     let shared = std::fs::read_to_string(fixture("prompts/sharegpt.jsonl")).unwrap();
     let mut text = String::new();
     let mut n = 0;
@@ -70,6 +74,14 @@ fn many_prompts(path: &Path, rounds: usize) -> usize {
         for line in shared.lines() {
             let mut v: Value = serde_json::from_str(line).unwrap();
             v["id"] = Value::String(format!("r{round}-{}", v["id"].as_str().unwrap_or("x")));
+            for turn in v["conversations"].as_array_mut().unwrap() {
+                if turn["from"] == "human" {
+                    let lead: Vec<String> =
+                        (0..12).map(|_| format!("v{}", rng.below(500))).collect();
+                    let question = turn["value"].as_str().unwrap_or_default();
+                    turn["value"] = Value::String(format!("{} {question}", lead.join(" ")));
+                }
+            }
             text.push_str(&v.to_string());
             text.push('\n');
             n += 1;
@@ -77,6 +89,16 @@ fn many_prompts(path: &Path, rounds: usize) -> usize {
     }
     std::fs::write(path, text).unwrap();
     n
+}
+
+/// The ids a rejects file names (a line may have none).
+fn ids_named(path: &Path) -> BTreeSet<String> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter_map(|v| v["id"].as_str().map(str::to_string))
+        .collect()
 }
 
 fn unique(path: &Path) -> BTreeSet<String> {
@@ -130,14 +152,14 @@ async fn the_example_plan_runs_sharded_on_three_daemons_through_kills() {
     };
     let mock = MockOpenAi::start(Settings {
         latency: Duration::from_millis(20),
-        output_tokens: Some((5, 40)),
         keep_bodies: false,
         ..Settings::default()
     })
     .await;
+    let mut rng = TestRng::new("the_example_plan_runs_sharded_on_three_daemons");
     let data = tempfile::tempdir().unwrap();
     let prompts = data.path().join("sharegpt.jsonl");
-    let records = many_prompts(&prompts, 30);
+    let records = many_prompts(&prompts, 30, &mut rng);
     let out = data.path().join("out");
     let states: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
     let mut daemons: Vec<RealDaemon> = states.iter().map(|s| daemon(s.path(), &url, &[])).collect();
@@ -203,6 +225,7 @@ async fn the_example_plan_runs_sharded_on_three_daemons_through_kills() {
         kept.union(&filtered_out).cloned().collect::<BTreeSet<_>>(),
         completed
     );
+    assert!(kept.len() * 2 > completed.len(), "the filter kept few");
     assert_eq!(result(&ended[3])["records"], kept.len());
     assert_eq!(result(&ended[3])["removed"], filtered_out.len());
     let tokenized = result(&ended[4]);
@@ -210,7 +233,20 @@ async fn the_example_plan_runs_sharded_on_three_daemons_through_kills() {
     let rows = read_parquet(&out.join("train.parquet"));
     let row_ids: BTreeSet<String> = rows.iter().map(|r| r.0.clone()).collect();
     assert_eq!(row_ids.len(), rows.len(), "a record tokenized twice");
-    assert!(row_ids.is_subset(&kept));
+    // Every record kept is tokenized or left out (with its reason) once.
+    let left_out = ids_named(&out.join("train.rejects.jsonl"));
+    assert!(row_ids.is_disjoint(&left_out));
+    assert_eq!(
+        row_ids.union(&left_out).cloned().collect::<BTreeSet<_>>(),
+        kept,
+        "not every kept record tokenized or left out once"
+    );
+    assert!(
+        rows.len() * 2 > kept.len(),
+        "few records tokenized ({} of {})",
+        rows.len(),
+        kept.len()
+    );
     assert_eq!(tokenized["records"], rows.len());
     let indexed = megatron::read(&out.join("train"));
     assert_eq!(indexed.sequences.len(), rows.len());
@@ -223,6 +259,14 @@ async fn the_example_plan_runs_sharded_on_three_daemons_through_kills() {
         };
         let progress = t.progress.clone().unwrap_or_default();
         assert_eq!(progress.done as u64, records, "{}: progress", t.kind);
+    }
+    // Each kill was taken over: the shards the killed daemons held resumed.
+    for step in [&steps[2], &steps[4]] {
+        let resumed = todod_e2e::task_events(&mut c, step, "resumed").await;
+        assert!(
+            !resumed.is_empty(),
+            "{step}: no shard taken over after the kill"
+        );
     }
     eprintln!(
         "the example plan in {SHARDS} shards: {records} prompts, {} adapted, {} completed, {} \

@@ -5,7 +5,7 @@
 //! system is not mounted (or is mounted read-only, or hangs) must leave the
 //! work to the others rather than claim it and fail it, or write it to a
 //! local directory of the same name.
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
@@ -54,39 +54,67 @@ pub fn unreachable(paths: &[String]) -> Option<String> {
     dirs.into_iter().find_map(unusable)
 }
 
-/// The tasks this daemon run has said it cannot reach, and why, so that it
-/// says so once (in the task's history, which every daemon and client
-/// reads), not at every look.
+/// How long an answer stands before the directories are checked again: a
+/// reachable one for a while (a look is every second), an unreachable one
+/// briefly (the mount may be back).
+const REACHABLE_FOR: Duration = Duration::from_secs(30);
+const UNREACHABLE_FOR: Duration = Duration::from_secs(2);
+/// How long a look waits for a check it just started: a file system that
+/// answers at all answers well within it. A slower one is left to answer
+/// (on its thread) while the loop goes on, and asked again at the next
+/// look.
+const LOOK_WAITS: Duration = Duration::from_millis(200);
+
+/// One task's check: the one in flight (never more than one, so a hung
+/// mount holds one blocking thread per task, not one per look), and the
+/// last answer (`None` inside: reachable; else why not).
+#[derive(Default)]
+struct Check {
+    pending: Option<(
+        tokio::time::Instant,
+        tokio::task::JoinHandle<Option<String>>,
+    )>,
+    answer: Option<(tokio::time::Instant, Option<String>)>,
+}
+
+/// This daemon run's view of which tasks it can reach, and what it has
+/// said of those it cannot (in the task's history, which every daemon and
+/// client reads: once per reason, not at every look).
 #[derive(Default)]
 pub struct Unreached {
+    checks: HashMap<TaskId, Check>,
     said: HashSet<(TaskId, String)>,
 }
 
 impl Unreached {
+    /// Whether the answer for `task` is "out of reach", and still stands:
+    /// the look leaves it out of its plan, so that it takes none of the
+    /// room for runs that could start, until it is time to ask again.
+    pub fn out_of_reach(&self, task: TaskId) -> bool {
+        self.checks
+            .get(&task)
+            .and_then(|c| c.answer.as_ref())
+            .is_some_and(|(at, why)| why.is_some() && at.elapsed() < UNREACHABLE_FOR)
+    }
+
+    /// Forgets the tasks no longer runnable (ended, archived).
+    pub fn keep_only(&mut self, runnable: &HashSet<TaskId>) {
+        self.checks.retain(|task, _| runnable.contains(task));
+        self.said.retain(|(task, _)| runnable.contains(task));
+    }
+
     /// Whether this daemon may claim `task` (or a shard of it): on a
     /// database of its own, always (a run that cannot write fails saying
     /// why, as it always has); on a shared one, only when it reaches every
-    /// directory the task writes into. A refusal is recorded in the task's
-    /// history once per reason.
+    /// directory the task writes into. Not while that is still being
+    /// checked. A refusal is recorded in the task's history once per
+    /// reason.
     pub async fn may_claim(&mut self, store: &Store, task: TaskId, run_id: &str) -> bool {
         if !store.is_shared() {
             return true;
         }
-        let paths = match store.task_claims(task).await {
-            Ok(paths) => paths,
-            Err(error) => {
-                tracing::warn!(%task, %error, "cannot read the task's output paths");
-                return false;
-            }
-        };
-        let checked = tokio::task::spawn_blocking(move || unreachable(&paths));
-        let why = match tokio::time::timeout(ANSWER_WITHIN, checked).await {
-            Ok(Ok(why)) => why,
-            Ok(Err(e)) => Some(format!("the check of its directories failed: {e}")),
-            Err(_) => Some(format!(
-                "its directories did not answer within {}s",
-                ANSWER_WITHIN.as_secs()
-            )),
+        let Some(why) = self.answer(store, task).await else {
+            return false;
         };
         let Some(why) = why else {
             self.said.retain(|(t, _)| *t != task);
@@ -99,6 +127,62 @@ impl Unreached {
             }
         }
         false
+    }
+
+    /// The answer for `task`: `Some(None)` reachable, `Some(Some(why))`
+    /// not, `None` still being checked.
+    async fn answer(&mut self, store: &Store, task: TaskId) -> Option<Option<String>> {
+        let now = tokio::time::Instant::now();
+        let check = self.checks.entry(task).or_default();
+        if let (None, Some((at, why))) = (&check.pending, &check.answer) {
+            let stands = if why.is_none() {
+                REACHABLE_FOR
+            } else {
+                UNREACHABLE_FOR
+            };
+            if now.duration_since(*at) < stands {
+                return Some(why.clone());
+            }
+        }
+        let wait = if check.pending.is_some() {
+            Duration::ZERO
+        } else {
+            let paths = match store.task_claims(task).await {
+                Ok(paths) => paths,
+                Err(error) => {
+                    tracing::warn!(%task, %error, "cannot read the task's output paths");
+                    return None;
+                }
+            };
+            let handle = tokio::task::spawn_blocking(move || unreachable(&paths));
+            check.pending = Some((now, handle));
+            LOOK_WAITS
+        };
+        let (started, handle) = check.pending.as_mut().expect("a check in flight");
+        let started = *started;
+        let joined = if wait.is_zero() {
+            if !handle.is_finished() {
+                None
+            } else {
+                Some(handle.await)
+            }
+        } else {
+            tokio::time::timeout(wait, handle).await.ok()
+        };
+        let why = match joined {
+            Some(joined) => {
+                check.pending = None;
+                joined.unwrap_or_else(|e| Some(format!("the check of its directories failed: {e}")))
+            }
+            // A hung mount: out of reach until its one check returns.
+            None if now.duration_since(started) >= ANSWER_WITHIN => Some(format!(
+                "its directories did not answer within {}s",
+                ANSWER_WITHIN.as_secs()
+            )),
+            None => return None,
+        };
+        check.answer = Some((tokio::time::Instant::now(), why.clone()));
+        Some(why)
     }
 }
 

@@ -229,17 +229,14 @@ async fn look(
             let _ = run.stop.send(true);
         }
     }
-    let daemons = if store.is_shared() && !sharded.is_empty() {
-        match store.live_daemons().await {
-            Ok(n) => n.max(1),
-            Err(error) => {
-                tracing::warn!(%error, "cannot count the daemons alive");
-                1
-            }
-        }
-    } else {
-        1
-    };
+    let (daemons, cannot_reach) = sharers(store, &sharded).await;
+    unreached.keep_only(&tasks.iter().map(|t| t.id).collect());
+    // Tasks this daemon found out of reach take none of its room.
+    let reachable: Vec<PhaseTask> = tasks
+        .iter()
+        .filter(|t| !unreached.out_of_reach(t.id))
+        .cloned()
+        .collect();
     let mine: Vec<Mine> = running
         .iter()
         .map(|(unit, run)| Mine {
@@ -248,10 +245,11 @@ async fn look(
         })
         .collect();
     let (starts, stops) = units::plan(&Look {
-        tasks,
+        tasks: &reachable,
         shards: &shards,
         mine: &mine,
         daemons,
+        cannot_reach: &cannot_reach,
         shared: store.is_shared(),
         run_id: &settings.run_id,
         room: MAX_RUNNING.saturating_sub(running.len()),
@@ -304,6 +302,30 @@ async fn look(
         );
         active.spawn(run_one(task.kind, context));
     }
+}
+
+/// How many daemons share the shards of the `sharded` tasks: those alive
+/// on a shared database (this one counted), and by task those of them
+/// that said they cannot reach it.
+async fn sharers(store: &Store, sharded: &[TaskId]) -> (usize, HashMap<TaskId, usize>) {
+    if !store.is_shared() || sharded.is_empty() {
+        return (1, HashMap::new());
+    }
+    let daemons = match store.live_daemons().await {
+        Ok(n) => n.max(1),
+        Err(error) => {
+            tracing::warn!(%error, "cannot count the daemons alive");
+            1
+        }
+    };
+    let away = store
+        .unreachable_daemons(sharded)
+        .await
+        .unwrap_or_else(|error| {
+            tracing::warn!(%error, "cannot count the daemons out of reach");
+            HashMap::new()
+        });
+    (daemons, away)
 }
 
 fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {

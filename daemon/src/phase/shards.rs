@@ -63,16 +63,18 @@ pub async fn resume(run: &RunContext) -> Result<PhaseState, String> {
 /// whole task; for a shard, the task's creation, so that every shard
 /// renders alike whenever it starts (a retry moves the task's start).
 pub async fn pass_clock(run: &RunContext) -> Result<i64, String> {
-    let now = crate::store::now_ms();
     if run.shard.is_none() {
-        return Ok(now / 1000);
+        return Ok(crate::store::now_ms() / 1000);
     }
     let task = run
         .store
         .get_task(run.task)
         .await
         .map_err(|e| format!("cannot read the task: {e}"))?;
-    Ok(task.created_at.unwrap_or(now) / 1000)
+    // Part of every shard's set-up, so it must be the same for all of them.
+    task.created_at
+        .map(|at| at / 1000)
+        .ok_or_else(|| "the task has no creation time to render its shards with".to_string())
 }
 
 /// The counters of a kind that shards: a sharded task's are its shards'

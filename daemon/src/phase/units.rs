@@ -58,6 +58,9 @@ pub struct Look<'a> {
     pub mine: &'a [Mine],
     /// Daemons alive on the database (this one counted).
     pub daemons: usize,
+    /// Of those, how many said they cannot reach a task's directories, by
+    /// task: they take none of its shards, so they count in no share.
+    pub cannot_reach: &'a HashMap<TaskId, usize>,
     /// Whether other daemons may share the database.
     pub shared: bool,
     pub run_id: &'a str,
@@ -120,7 +123,8 @@ pub fn plan(look: &Look<'_>) -> (Vec<Start>, Vec<Unit>) {
                     }
                     continue;
                 }
-                let share = fair_share(of, look.daemons);
+                let away = look.cannot_reach.get(&task.id).copied().unwrap_or(0);
+                let share = fair_share(of, look.daemons.saturating_sub(away));
                 let mut held: Vec<Unit> = look
                     .mine
                     .iter()
@@ -217,11 +221,13 @@ mod tests {
         mine: &'a [Mine],
         daemons: usize,
     ) -> Look<'a> {
+        static NONE: std::sync::OnceLock<HashMap<TaskId, usize>> = std::sync::OnceLock::new();
         Look {
             tasks,
             shards,
             mine,
             daemons,
+            cannot_reach: NONE.get_or_init(HashMap::new),
             shared: true,
             run_id: "a",
             room: 4,
@@ -262,6 +268,27 @@ mod tests {
         let tasks = [task(1, Status::InProgress, 3)];
         let (starts, _) = plan(&look(&tasks, &shards, &[], 3));
         assert_eq!(starts, vec![Start::TakeShard(shard_unit(1, 1, 3))]);
+    }
+
+    #[test]
+    fn a_daemon_that_cannot_reach_a_task_counts_in_no_share_of_it() {
+        let none = HashMap::new();
+        let tasks = [task(1, Status::InProgress, 3)];
+        let mut away = HashMap::new();
+        away.insert(TaskId(1), 1);
+        // Three alive, one of them out of reach: two take the three shards.
+        let look = Look {
+            cannot_reach: &away,
+            ..look(&tasks, &none, &[], 3)
+        };
+        let (starts, _) = plan(&look);
+        assert_eq!(
+            starts,
+            vec![
+                Start::TakeShard(shard_unit(1, 0, 3)),
+                Start::TakeShard(shard_unit(1, 1, 3))
+            ]
+        );
     }
 
     #[test]

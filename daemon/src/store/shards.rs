@@ -366,6 +366,35 @@ impl Store {
     }
 }
 
+impl Store {
+    /// Of `tasks`, how many daemons alive said they cannot reach each (an
+    /// `unreachable` event naming the daemon run): they do not count in
+    /// the share of its shards the others take.
+    pub async fn unreachable_daemons(
+        &self,
+        tasks: &[TaskId],
+    ) -> Result<std::collections::HashMap<TaskId, usize>, Error> {
+        let ids = serde_json::to_string(&tasks.iter().map(|t| t.0).collect::<Vec<_>>())
+            .expect("ids serialize");
+        self.read(move |db| {
+            let now = db.clock_ms()?;
+            let ids_of = db.dialect().json_ints("?");
+            let rows = db.query(
+                &format!(
+                    "SELECT e.task_id, COUNT(DISTINCT d.run_id) FROM events e \
+                     JOIN daemon_runs d ON d.run_id = e.new_value \
+                     WHERE e.type = 'unreachable' AND d.seen_until > ? \
+                     AND e.task_id IN (SELECT value FROM ({ids_of}) AS i) GROUP BY e.task_id"
+                ),
+                &[now.into(), ids.as_str().into()],
+                |row| Ok((TaskId(row.int(0)?), row.int(1)? as usize)),
+            )?;
+            Ok(rows.into_iter().collect())
+        })
+        .await
+    }
+}
+
 /// Marks daemon run `run` alive for another `lease_ms` (with its leases).
 pub(super) fn seen(db: &mut Db, run: &str, lease_ms: i64) -> Result<(), Error> {
     let now = db.clock_ms()?;

@@ -6,7 +6,8 @@
 //! exactly what produced them.
 //!
 //! It stands on the record pipeline with CPU processing, so its files keep
-//! the input's order and are byte-identical however often the run is killed:
+//! the input's order (a sharded task's, its shards' order) and are
+//! byte-identical however often the run is killed:
 //! the token store (tokens, sizes, loss mask, ids) is appended record by
 //! record and committed in batches; the index, the Parquet file and the
 //! manifest are built from it once the pass is complete, staged and
@@ -235,21 +236,30 @@ fn reader(fs: &dyn Fs, path: &Path, end: u64) -> io::Result<SeqReader> {
 
 /// Builds and publishes the index, the Parquet file and the manifest from the
 /// committed token store. Deterministic: a finish interrupted by a kill is
-/// done again and publishes the same bytes.
+/// done again and publishes the same bytes. Each file is staged under the
+/// `attempt`'s own name: a daemon paused past its lease in the middle of
+/// this, woken while another finishes the same task, never writes into the
+/// other's staging file, and both publish complete, identical files.
 fn finish(
     fs: &dyn Fs,
     spec: &TokenizationSpec,
     state: &PhaseState,
     dtype: Dtype,
     setup: &Setup,
+    attempt: &str,
 ) -> io::Result<Value> {
+    let stage = |path: &Path| -> io::Result<(PathBuf, files::SeqWriter)> {
+        let tmp = files::staging_path_of(path, attempt);
+        let out = files::stage_at(fs, &tmp)?;
+        Ok((tmp, out))
+    };
     let paths = spec.paths();
     let stats: Stats = state.stats().map_err(io::Error::other)?;
     let committed = |i: usize| state.files[i].committed;
     let count = stats.records;
     let mut written: Vec<(&str, PathBuf)> = Vec::new();
 
-    let mut idx = files::stage(fs, &paths.idx)?;
+    let (idx_tmp, mut idx) = stage(&paths.idx)?;
     let mut sizes = || -> io::Result<Box<dyn io::Read>> {
         Ok(Box::new(BufReader::new(reader(
             fs,
@@ -259,12 +269,12 @@ fn finish(
     };
     megatron::write_index(dtype, count, &mut sizes, &mut idx)?;
     idx.finish()?;
-    files::publish(fs, &paths.idx, spec.overwrite)?;
+    files::publish_from(fs, &idx_tmp, &paths.idx, spec.overwrite)?;
     written.push(("idx", paths.idx.clone()));
     written.push(("bin", paths.bin.clone()));
 
     if spec.formats.contains(&spec::Format::Parquet) {
-        let mut out = files::stage(fs, &paths.parquet)?;
+        let (tmp, mut out) = stage(&paths.parquet)?;
         {
             let mut tokens = BufReader::new(reader(fs, &paths.bin, committed(BIN))?);
             let mut sizes = BufReader::new(reader(fs, &paths.sizes, committed(SIZES))?);
@@ -283,7 +293,7 @@ fn finish(
             )?;
         }
         out.finish()?;
-        files::publish(fs, &paths.parquet, spec.overwrite)?;
+        files::publish_from(fs, &tmp, &paths.parquet, spec.overwrite)?;
         written.push(("parquet", paths.parquet.clone()));
     }
     written.push(("rejects", paths.rejects.clone()));
@@ -325,7 +335,7 @@ fn finish(
         "length_histogram": histogram,
         "files": shas,
     });
-    let mut out = files::stage(fs, &paths.manifest)?;
+    let (tmp, mut out) = stage(&paths.manifest)?;
     io::Write::write_all(
         &mut out,
         serde_json::to_string_pretty(&manifest)
@@ -333,7 +343,7 @@ fn finish(
             .as_bytes(),
     )?;
     out.finish()?;
-    files::publish(fs, &paths.manifest, spec.overwrite)?;
+    files::publish_from(fs, &tmp, &paths.manifest, spec.overwrite)?;
     Ok(manifest)
 }
 
@@ -499,8 +509,9 @@ async fn finish_and_judge(
     setup: Setup,
 ) -> Result<Ended, String> {
     let (fs, spec2, state2) = (run.fs.clone(), spec.clone(), state.clone());
+    let attempt = run.attempt.clone();
     let manifest =
-        tokio::task::spawn_blocking(move || finish(&*fs, &spec2, &state2, dtype, &setup))
+        tokio::task::spawn_blocking(move || finish(&*fs, &spec2, &state2, dtype, &setup, &attempt))
             .await
             .map_err(|e| format!("finishing the files failed: {e}"))?
             .map_err(|e| {
