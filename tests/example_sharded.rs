@@ -11,7 +11,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use serde_json::Value;
-use todod_e2e::daemons::{daemon, done, poll, shard_holders, task};
+use todod_e2e::daemons::{daemon, daemon_index, done, poll, shard_holders, task};
 use todod_e2e::fixtures::fixture;
 use todod_e2e::mock_openai::{MockOpenAi, Settings};
 use todod_e2e::rng::TestRng;
@@ -134,10 +134,7 @@ async fn kill_a_holder(
         .flatten()
         .next()
         .unwrap();
-    let victim = daemons
-        .iter()
-        .position(|d| d.child.id() == pid)
-        .unwrap_or_else(|| panic!("a shard held by pid {pid}, none of the daemons"));
+    let victim = daemon_index(daemons, pid);
     daemons[victim].kill9();
     daemons[victim] = daemon(states[victim].path(), url, &[]);
     victim

@@ -96,6 +96,21 @@ async fn several_daemons_serve_one_database_and_outlive_a_kill() {
     assert_eq!(plan_names(&restarted).await, ["kept-1", "kept-2", "kept-3"]);
 }
 
+/// Two daemons' stores on one PostgreSQL database (`None` without one), and
+/// a phase task of plan `p` left in progress by the first's run `run-a.1`.
+async fn two_daemons_and_a_task_left_by_one(
+    dir: &std::path::Path,
+) -> Option<(Store, Store, todod::domain::TaskId)> {
+    let url = todod_e2e::postgres_only(dir)?;
+    let first = Store::connect(&url).await.unwrap();
+    let second = Store::connect(&url).await.unwrap();
+    let ctx = todod::store::WriteContext::default();
+    first.create_plan("p", "", &ctx).await.unwrap();
+    let kind = todod::domain::Kind::named("tokenization");
+    let task = todod_e2e::abandoned_phase(&first, "p", kind, "{}", "run-a.1").await;
+    Some((first, second, task))
+}
+
 /// Leases on a database daemons share: a task another daemon's run holds is
 /// not taken while that run renews its lease; a clean stop hands it back at
 /// once; the taker records the takeover, and the run that lost the task can
@@ -103,15 +118,9 @@ async fn several_daemons_serve_one_database_and_outlive_a_kill() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_live_lease_is_not_taken_and_a_released_one_is_taken_at_once() {
     let dir = tempfile::tempdir().unwrap();
-    let Some(url) = todod_e2e::postgres_only(dir.path()) else {
+    let Some((first, second, task)) = two_daemons_and_a_task_left_by_one(dir.path()).await else {
         return;
     };
-    let first = Store::connect(&url).await.unwrap();
-    let second = Store::connect(&url).await.unwrap();
-    let ctx = todod::store::WriteContext::default();
-    first.create_plan("p", "", &ctx).await.unwrap();
-    let kind = todod::domain::Kind::named("tokenization");
-    let task = todod_e2e::abandoned_phase(&first, "p", kind, "{}", "run-a.1").await;
 
     assert!(!second.take_lease(task, "run-b.1").await.unwrap());
     assert_eq!(first.renew_leases("run-a").await.unwrap(), 1);
@@ -355,15 +364,9 @@ async fn a_schema_with_the_longest_name_serves_and_announces() {
 async fn a_shard_handed_back_is_taken_at_once_and_not_renewed_by_its_old_daemon() {
     use todod::domain::shards::Shard;
     let dir = tempfile::tempdir().unwrap();
-    let Some(url) = todod_e2e::postgres_only(dir.path()) else {
+    let Some((first, second, task)) = two_daemons_and_a_task_left_by_one(dir.path()).await else {
         return;
     };
-    let first = Store::connect(&url).await.unwrap();
-    let second = Store::connect(&url).await.unwrap();
-    let ctx = todod::store::WriteContext::default();
-    first.create_plan("p", "", &ctx).await.unwrap();
-    let kind = todod::domain::Kind::named("tokenization");
-    let task = todod_e2e::abandoned_phase(&first, "p", kind, "{}", "run-a.1").await;
     let shard = Shard { index: 1, of: 3 };
     assert!(first.take_shard(task, shard, "run-a.2").await.unwrap());
     assert!(!second.take_shard(task, shard, "run-b.1").await.unwrap());

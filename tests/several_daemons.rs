@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use todod_e2e::daemons::{
-    daemon, daemon_with_lease, done, holder, lease, poll, shard_holders, signal, task,
+    daemon, daemon_index, daemon_with_lease, done, holder, lease, poll, shard_holders, signal, task,
 };
 use todod_e2e::gen::{self, assert_result_matches, prompt_texts, write_prompts, written};
 use todod_e2e::mock_openai::{MockOpenAi, Settings};
@@ -106,12 +106,6 @@ async fn three_daemons_share_a_generation_through_a_pause_and_a_kill() {
         gen::spec(dir.path(), &mock.url, 16).to_string(),
     )
     .await;
-    let index_of = |daemons: &[RealDaemon], pid: u32| {
-        daemons
-            .iter()
-            .position(|d| d.child.id() == pid)
-            .unwrap_or_else(|| panic!("lease held by pid {pid}, none of the daemons"))
-    };
 
     // Pause the holder once it has committed some records.
     let running = poll(
@@ -122,7 +116,7 @@ async fn three_daemons_share_a_generation_through_a_pause_and_a_kill() {
         |t| holder(t).is_some() && done(t) >= 400,
     )
     .await;
-    let paused = index_of(&daemons, holder(&running).unwrap());
+    let paused = daemon_index(&daemons, holder(&running).unwrap());
     signal(&daemons[paused], libc::SIGSTOP);
     let mut other = daemons[(paused + 1) % 3].client().await;
     let taken = poll(
@@ -133,7 +127,7 @@ async fn three_daemons_share_a_generation_through_a_pause_and_a_kill() {
         |t| holder(t).is_some_and(|pid| pid != daemons[paused].child.id()),
     )
     .await;
-    let taker = index_of(&daemons, holder(&taken).unwrap());
+    let taker = daemon_index(&daemons, holder(&taken).unwrap());
     // Well past its lease before it wakes.
     tokio::time::sleep(Duration::from_secs(3)).await;
     signal(&daemons[paused], libc::SIGCONT);
@@ -153,7 +147,7 @@ async fn three_daemons_share_a_generation_through_a_pause_and_a_kill() {
         going.status, "in_progress",
         "the run ended too soon to be killed: {going:?}"
     );
-    let killed = index_of(&daemons, holder(&going).unwrap());
+    let killed = daemon_index(&daemons, holder(&going).unwrap());
     daemons[killed].kill9();
     let killed_at = Instant::now();
     let survivor_at = (killed + 1) % 3;
@@ -436,12 +430,6 @@ async fn three_daemons_share_a_sharded_generation_through_a_pause_and_a_kill() {
     let mut spec = gen::spec(dir.path(), &mock.url, 24);
     spec["shards"] = SHARDS.into();
     let id = create_generation(&mut first, "gen", spec.to_string()).await;
-    let index_of = |daemons: &[RealDaemon], pid: u32| {
-        daemons
-            .iter()
-            .position(|d| d.child.id() == pid)
-            .unwrap_or_else(|| panic!("a shard held by pid {pid}, none of the daemons"))
-    };
 
     // Each daemon takes its share: one shard each.
     let spread = poll(
@@ -486,7 +474,7 @@ async fn three_daemons_share_a_sharded_generation_through_a_pause_and_a_kill() {
     }
 
     // Pause the holder of shard 0 past its lease: its shard is taken over.
-    let paused = index_of(&daemons, holders[0].unwrap());
+    let paused = daemon_index(&daemons, holders[0].unwrap());
     signal(&daemons[paused], libc::SIGSTOP);
     let paused_pid = daemons[paused].child.id();
     let mut other = daemons[(paused + 1) % 3].client().await;
@@ -518,7 +506,7 @@ async fn three_daemons_share_a_sharded_generation_through_a_pause_and_a_kill() {
         going.status, "in_progress",
         "the run ended too soon to be killed: {going:?}"
     );
-    let killed = index_of(&daemons, shard_holders(&going)[1].unwrap());
+    let killed = daemon_index(&daemons, shard_holders(&going)[1].unwrap());
     let killed_pid = daemons[killed].child.id();
     daemons[killed].kill9();
     let killed_at = Instant::now();

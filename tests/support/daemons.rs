@@ -101,3 +101,11 @@ pub fn shard_holders(t: &proto::Task) -> Vec<Option<u32>> {
     }
     holders
 }
+
+/// Which of `daemons` is process `pid` (a lease holder's).
+pub fn daemon_index(daemons: &[RealDaemon], pid: u32) -> usize {
+    daemons
+        .iter()
+        .position(|d| d.child.id() == pid)
+        .unwrap_or_else(|| panic!("held by pid {pid}, none of the daemons"))
+}

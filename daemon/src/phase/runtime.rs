@@ -231,12 +231,18 @@ async fn look(
     }
     let (daemons, cannot_reach) = sharers(store, &sharded).await;
     unreached.keep_only(&tasks.iter().map(|t| t.id).collect());
-    // Tasks this daemon found out of reach take none of its room.
-    let reachable: Vec<PhaseTask> = tasks
-        .iter()
-        .filter(|t| !unreached.out_of_reach(t.id))
-        .cloned()
-        .collect();
+    // Tasks this daemon found out of reach take none of its room (copied
+    // only then: the look runs after every burst of commits).
+    let reachable: std::borrow::Cow<[PhaseTask]> =
+        if tasks.iter().any(|t| unreached.out_of_reach(t.id)) {
+            tasks
+                .iter()
+                .filter(|t| !unreached.out_of_reach(t.id))
+                .cloned()
+                .collect()
+        } else {
+            tasks.into()
+        };
     let mine: Vec<Mine> = running
         .iter()
         .map(|(unit, run)| Mine {

@@ -153,30 +153,48 @@ pub async fn put_together(
     Ok(document)
 }
 
-/// The whole task's checkpoint once its files are put together: the files
-/// as the manifest `document` lists them, the input whole (no shard's), the
-/// counters `stats`, the pass complete. What the kind's verdict judges.
-pub fn whole_state<S: Serialize>(
+/// The put-together of a kind whose shards must have been set up alike
+/// (the CPU kinds): the task's files (`finals`) put together from its `of`
+/// shards' parts, with the manifest at `manifest`; returns the whole task's
+/// checkpoint, on which the kind's verdict runs: the files as put
+/// together, the input whole, the shards' set-up and counters added up, the
+/// pass complete.
+pub async fn join<S: Counters + Serialize>(
+    run: &RunContext,
+    of: u32,
+    finals: Vec<PathBuf>,
+    manifest: PathBuf,
+    overwrite: bool,
+) -> Result<PhaseState, String> {
+    let parts = shard_states(run, of).await?;
+    let setup = same_setup(&parts)?;
+    put_together(run, &parts, finals.clone(), manifest, overwrite).await?;
+    let stats: S = summed(&parts)?;
+    Ok(whole_state(&parts, finals, &stats, setup))
+}
+
+/// The whole task's checkpoint once `finals` are put together from the
+/// `parts`: each holds its parts' committed bytes (what `assemble` copies).
+fn whole_state<S: Serialize>(
     parts: &[(Shard, PhaseState)],
-    document: &Value,
+    finals: Vec<PathBuf>,
     stats: &S,
     setup: Value,
 ) -> PhaseState {
-    let files = document["files"]
-        .as_array()
-        .map(|listed| {
-            listed
+    let files = finals
+        .into_iter()
+        .enumerate()
+        .map(|(index, path)| {
+            let mut file = files::FileState::planned(path);
+            file.committed = parts
                 .iter()
-                .map(|f| {
-                    let mut file = files::FileState::planned(PathBuf::from(
-                        f["path"].as_str().unwrap_or_default(),
-                    ));
-                    file.committed = f["bytes"].as_u64().unwrap_or(0);
-                    file
-                })
-                .collect()
+                .filter_map(|(_, s)| s.files.get(index))
+                .filter(|f| f.identity.is_some())
+                .map(|f| f.committed)
+                .sum();
+            file
         })
-        .unwrap_or_default();
+        .collect();
     let input = parts
         .first()
         .and_then(|(_, s)| s.input.clone())
@@ -368,8 +386,21 @@ mod tests {
         assert_eq!(total.records, 33);
         let setup = same_setup(&parts).unwrap();
         assert_eq!(setup, json!({"template": "abc"}));
-        let document = json!({"files": [{"path": "/out.jsonl", "bytes": 1234, "lines": 33}]});
-        let whole = whole_state(&parts, &document, &total, setup);
+        // Each shard committed 100 bytes of its part, and one planned a
+        // second file it never created (nothing of it was written).
+        let mut parts = parts;
+        for (shard, state) in &mut parts {
+            let mut part = files::FileState::planned(shard.part_path(Path::new("/out.jsonl")));
+            part.identity = Some(files::Identity { dev: 1, ino: 7 });
+            part.committed = 100;
+            let mut never = files::FileState::planned(PathBuf::from("/rejects.jsonl"));
+            never.committed = 5;
+            state.files = vec![part, never];
+        }
+        parts[2].1.files[0].committed = 1034;
+        let finals = vec![PathBuf::from("/out.jsonl"), PathBuf::from("/rejects.jsonl")];
+        let whole = whole_state(&parts, finals, &total, setup);
+        assert_eq!(whole.files[1].committed, 0);
         assert_eq!(whole.files[0].path, PathBuf::from("/out.jsonl"));
         assert_eq!(whole.files[0].committed, 1234);
         let input = whole.input.as_ref().unwrap();

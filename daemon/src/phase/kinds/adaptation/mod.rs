@@ -614,12 +614,15 @@ fn verdict(spec: &AdaptationSpec, mut state: PhaseState, template: Option<&str>)
 async fn run_inner(run: &RunContext, spec: AdaptationSpec) -> Result<Ended, String> {
     let role = Role::of(run, spec.shards);
     let mut state = shards::resume(run).await?;
+    if let (Role::PutTogether(of), false) = (role, state.closed) {
+        // Every shard is done: the output and rejects put together from
+        // their parts, set up as the shards were, judged as one run's.
+        let finals = vec![spec.output.clone(), spec.rejects.clone()];
+        state = shards::join::<Stats>(run, of, finals, spec.parts(), spec.overwrite).await?;
+    }
     let mut setup: Setup = serde_json::from_value(state.setup.clone()).unwrap_or_default();
     if state.closed {
         return Ok(verdict(&spec, state, setup.template.as_deref()));
-    }
-    if let Role::PutTogether(of) = role {
-        return put_together(run, &spec, of).await;
     }
     if state.input.is_none() {
         setup.now = match spec.now {
@@ -666,18 +669,4 @@ async fn run_inner(run: &RunContext, spec: AdaptationSpec) -> Result<Ended, Stri
         return Ok(shards::share_done(state));
     }
     Ok(verdict(&spec, state, template.as_deref()))
-}
-
-/// The end of a sharded adaptation, once every shard is done: the output
-/// and rejects put together from the parts, and the verdict on the
-/// shards' counters added up, as if one run had read the whole input.
-async fn put_together(run: &RunContext, spec: &AdaptationSpec, of: u32) -> Result<Ended, String> {
-    let parts = shards::shard_states(run, of).await?;
-    let setup = shards::same_setup(&parts)?;
-    let finals = vec![spec.output.clone(), spec.rejects.clone()];
-    let document = shards::put_together(run, &parts, finals, spec.parts(), spec.overwrite).await?;
-    let stats: Stats = shards::summed(&parts)?;
-    let template = setup["template"].as_str().map(str::to_string);
-    let state = shards::whole_state(&parts, &document, &stats, setup);
-    Ok(verdict(spec, state, template.as_deref()))
 }

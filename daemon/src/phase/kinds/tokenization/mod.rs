@@ -414,10 +414,14 @@ async fn run_inner(run: &RunContext, spec: TokenizationSpec) -> Result<Ended, St
     if state.closed {
         return Ok(verdict(&spec, state, None));
     }
-    let mut setup: Setup = serde_json::from_value(state.setup.clone()).unwrap_or_default();
     if let Role::PutTogether(of) = role {
-        return put_together(run, &spec, of).await;
+        // Every shard is done: the token store put together from their
+        // parts (each a run of whole records, so they concatenate), set up
+        // as the shards were, then finished as one run's store is.
+        let parts = spec.paths().parts;
+        state = shards::join::<Stats>(run, of, store_files(&spec), parts, spec.overwrite).await?;
     }
+    let mut setup: Setup = serde_json::from_value(state.setup.clone()).unwrap_or_default();
     if state.input.is_none() {
         setup.now = shards::pass_clock(run).await?;
     }
@@ -469,34 +473,6 @@ async fn run_inner(run: &RunContext, spec: TokenizationSpec) -> Result<Ended, St
 fn store_files(spec: &TokenizationSpec) -> Vec<PathBuf> {
     let paths = spec.paths();
     vec![paths.bin, paths.sizes, paths.mask, paths.ids, paths.rejects]
-}
-
-/// The end of a sharded tokenization, once every shard is done: the token
-/// store put together from the shards' parts (each a run of whole records,
-/// so their concatenation is a store), then finished as one run's would be.
-async fn put_together(run: &RunContext, spec: &TokenizationSpec, of: u32) -> Result<Ended, String> {
-    let parts = shards::shard_states(run, of).await?;
-    let setup_json = shards::same_setup(&parts)?;
-    let setup: Setup = serde_json::from_value(setup_json.clone())
-        .map_err(|e| format!("the shards' set-up cannot be read: {e}"))?;
-    let (spec2, now) = (spec.clone(), setup.now);
-    let (work, identity, template) = tokio::task::spawn_blocking(move || prepare(&spec2, now))
-        .await
-        .map_err(|e| format!("loading the tokenizer failed: {e}"))??;
-    if setup.tokenizer != identity || setup.template != template {
-        return Err(format!(
-            "the tokenizer or chat template in {} changed since the shards tokenized; their \
-             parts would no longer be one tokenization. Restore them, or start a new task",
-            spec.tokenizer.display()
-        ));
-    }
-    let dtype = Dtype::for_vocab(work.tokenizer.vocab_size());
-    let paths = spec.paths();
-    let document =
-        shards::put_together(run, &parts, store_files(spec), paths.parts, spec.overwrite).await?;
-    let stats: Stats = shards::summed(&parts)?;
-    let state = shards::whole_state(&parts, &document, &stats, setup_json);
-    finish_and_judge(run, spec, state, dtype, setup).await
 }
 
 /// Builds the index, the Parquet file and the manifest from the committed
