@@ -252,10 +252,22 @@ impl<'c> Db<'c> {
         &mut self,
         sql: &str,
         params: &[Param<'_>],
+        each: impl FnMut(&Row<'_>) -> Result<T, Error>,
+    ) -> Result<Vec<T>, Error> {
+        self.query_sized(sql, params, 0, each)
+    }
+
+    /// [`Db::query`] into a vector made for `expected` rows: a listing's
+    /// page size, so that thousands of rows are not copied as it grows.
+    pub fn query_sized<T>(
+        &mut self,
+        sql: &str,
+        params: &[Param<'_>],
+        expected: usize,
         mut each: impl FnMut(&Row<'_>) -> Result<T, Error>,
     ) -> Result<Vec<T>, Error> {
         match self {
-            Db::Sqlite(db) => db.query(sql, params, |row| each(&Row::Sqlite(*row))),
+            Db::Sqlite(db) => db.query(sql, params, expected, |row| each(&Row::Sqlite(*row))),
             Db::Postgres(db) => db
                 .query(sql, params)?
                 .iter()

@@ -141,7 +141,7 @@ impl Conn {
         }
         for pragma in &options.setup {
             // A pragma may answer with a row (journal_mode does): read and drop it.
-            conn.lock().query(pragma, &[], |_| Ok(()))?;
+            conn.lock().query(pragma, &[], 0, |_| Ok(()))?;
         }
         Ok(conn)
     }
@@ -260,15 +260,18 @@ impl<'c> Db<'c> {
         Ok(unsafe { ffi::sqlite3_changes64(self.raw) } as usize)
     }
 
-    /// Runs a query and maps every row, in order.
+    /// Runs a query and maps every row, in order, into a vector made for
+    /// `expected` rows (a listing's page: growing a vector of thousands of
+    /// tasks row by row copies it over and over).
     pub fn query<T>(
         &mut self,
         sql: &str,
         params: &[Param<'_>],
+        expected: usize,
         mut each: impl FnMut(&Row<'_>) -> Result<T, Error>,
     ) -> Result<Vec<T>, Error> {
         let mut statement = self.prepare(sql, params)?;
-        let mut out = Vec::new();
+        let mut out = Vec::with_capacity(expected);
         while statement.step()? {
             out.push(each(&Row {
                 statement: &statement,
