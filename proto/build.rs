@@ -12,6 +12,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let proto = "todod/v1/todod.proto";
     let mut config = tonic_prost_build::configure()
         .codec_path("crate::codec::StrictCodec")
+        // A listing carries thousands of tasks, which are mostly todos with
+        // no progress, schedule or lease: boxed, those cost a pointer each
+        // instead of 270 bytes inline, and every task moved, grown into a
+        // vector or decoded is a third smaller.
+        .boxed(".todod.v1.Task.progress")
+        .boxed(".todod.v1.Task.schedule")
+        .boxed(".todod.v1.Task.lease")
         // --json is the messages themselves (see src/json.rs).
         .type_attribute(".todod.v1", "#[derive(serde::Serialize)]");
     for (path, attribute) in json_fields(&std::fs::read_to_string(proto)?) {

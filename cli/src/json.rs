@@ -76,11 +76,11 @@ mod tests {
             id: "t1".into(),
             spec_json: r#"{"model": "m"}"#.into(),
             result_json: r#"{"records": 3}"#.into(),
-            progress: Some(todod_proto::Progress {
+            progress: Some(Box::new(todod_proto::Progress {
                 done: 3,
                 detail_json: r#"{"stage": "decided"}"#.into(),
                 ..Default::default()
-            }),
+            })),
             ..Default::default()
         };
         let v = task(&t);

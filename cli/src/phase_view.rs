@@ -40,7 +40,7 @@ pub fn pipeline(tasks: &[todod_proto::Task]) -> String {
     let mut out = String::from("  phases:\n");
     for t in tasks {
         let mut parts: Vec<String> = Vec::new();
-        let p = t.progress.as_ref();
+        let p = t.progress.as_deref();
         match t.status.as_str() {
             "in_progress" => {
                 if let Some(p) = p.and_then(crate::render::progress_text) {
@@ -583,13 +583,13 @@ mod tests {
             status: "in_progress".into(),
             depends_on: vec!["t2".into()],
             started_at: "2020-01-01T00:00:00Z".into(),
-            progress: Some(todod_proto::Progress {
+            progress: Some(Box::new(todod_proto::Progress {
                 done: 10,
                 total: 100,
                 eta_seconds: 60,
                 detail_json: detail.to_string(),
                 ..Default::default()
-            }),
+            })),
             ..Default::default()
         };
         let feasibility = todod_proto::Task {

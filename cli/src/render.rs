@@ -141,7 +141,7 @@ fn task_text(t: &Task) -> String {
         let _ = write!(s, "  (after {})", t.depends_on.join(", "));
     }
     if t.status == "in_progress" {
-        if let Some(p) = t.progress.as_ref().and_then(progress_text) {
+        if let Some(p) = t.progress.as_deref().and_then(progress_text) {
             let _ = write!(s, "  {p}");
         }
     }
@@ -241,7 +241,7 @@ pub fn plan_summary(s: &PlanSummary) -> String {
                 t.id,
                 one_line(&t.content)
             );
-            if let Some(p) = t.progress.as_ref().and_then(progress_text) {
+            if let Some(p) = t.progress.as_deref().and_then(progress_text) {
                 let _ = write!(out, "  {p}");
             }
             out.push('\n');
@@ -366,7 +366,7 @@ pub fn task_details(
     field("position", &t.position.to_string());
     field("depends on", &t.depends_on.join(", "));
     field("blocked by", &t.blocked_by.join(", "));
-    if let Some(p) = t.progress.as_ref().and_then(progress_text) {
+    if let Some(p) = t.progress.as_deref().and_then(progress_text) {
         // One field, escaped whole: without the colour marks, which it
         // would show escaped.
         field("progress", &crate::style::strip(&p));
@@ -677,11 +677,11 @@ mod tests {
     #[test]
     fn table_aligns_and_marks() {
         let mut t2 = task("t2", "in_progress", "", &[]);
-        t2.progress = Some(Progress {
+        t2.progress = Some(Box::new(Progress {
             done: 5,
             total: 10,
             ..Default::default()
-        });
+        }));
         let out = task_table(&[
             task("t1", "completed", "", &[]),
             t2,

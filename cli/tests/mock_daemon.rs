@@ -49,11 +49,11 @@ fn task(id: &str, status: &str, readiness: &str, deps: &[&str], blocked_by: &[&s
 
 fn tasks() -> Vec<Task> {
     let mut t2 = task("t2", "in_progress", "", &["t1"], &[]);
-    t2.progress = Some(Progress {
+    t2.progress = Some(Box::new(Progress {
         done: 500,
         total: 1000,
         ..Default::default()
-    });
+    }));
     vec![
         task("t1", "completed", "", &[], &[]),
         t2,

@@ -50,11 +50,11 @@ mod tests {
             depends_on: vec!["t0".into()],
             spec_json: r#"{"model": "m"}"#.into(),
             result_json: r#"{"records": 3}"#.into(),
-            progress: Some(Progress {
+            progress: Some(Box::new(Progress {
                 done: 3,
                 detail_json: r#"{"stage": "decided"}"#.into(),
                 ..Default::default()
-            }),
+            })),
             ..Default::default()
         };
         let v = serde_json::to_value(&t).unwrap();

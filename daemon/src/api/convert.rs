@@ -201,7 +201,7 @@ pub fn task(view: TaskView) -> proto::Task {
             .unwrap_or_default(),
         blocked_by: view.blocked_by.iter().map(ToString::to_string).collect(),
         spec_json: view.spec.unwrap_or_default(),
-        progress: view.progress.as_deref().and_then(progress),
+        progress: view.progress.as_deref().and_then(progress).map(Box::new),
         result_json: view.result.unwrap_or_default(),
         error: view.error.unwrap_or_default(),
         revision: view.revision,
@@ -210,13 +210,15 @@ pub fn task(view: TaskView) -> proto::Task {
         updated_at: optional_time(view.updated_at),
         started_at: optional_time(view.started_at),
         finished_at: optional_time(view.finished_at),
-        schedule: view.schedule.as_deref().and_then(schedule),
+        schedule: view.schedule.as_deref().and_then(schedule).map(Box::new),
         owner: view.owner.unwrap_or_default(),
         metadata_json: view.metadata.unwrap_or_default(),
         summary: summary.unwrap_or_default(),
-        lease: view.lease.map(|(holder, expires)| proto::Lease {
-            holder,
-            expires_at: optional_time(expires),
+        lease: view.lease.map(|(holder, expires)| {
+            Box::new(proto::Lease {
+                holder,
+                expires_at: optional_time(expires),
+            })
         }),
         shards: view
             .shards
