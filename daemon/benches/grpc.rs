@@ -214,6 +214,32 @@ async fn main() {
     let write_p999 = percentile(&mut writes, 0.999);
     let write_max = percentile(&mut writes, 1.0);
 
+    stage("WriteTodos that changes nothing");
+    // The same call with a list that is already what the plan holds: the
+    // same gRPC path, reconciliation and write transaction, but nothing to
+    // commit, so no WAL write and no fsync. Beside the figures above it
+    // splits a WriteTodos into its path and its durable commit.
+    let unchanged: Vec<TodoItem> = (0..4)
+        .map(|i| item(&ids[i], &format!("step {i}"), "pending"))
+        .collect();
+    let mut idle_writes = Vec::with_capacity(WRITE_SAMPLES);
+    for n in 0..=WRITE_SAMPLES {
+        let start = Instant::now();
+        c.write_todos(proto::WriteTodosRequest {
+            plan: "agent".into(),
+            todos: unchanged.clone(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+        // The first call sets the list to `unchanged`: a real commit.
+        if n > 0 {
+            idle_writes.push(start.elapsed());
+        }
+    }
+    let idle_write_p50 = percentile(&mut idle_writes, 0.5);
+    let idle_write_p99 = percentile(&mut idle_writes, 0.99);
+
     stage("one client's round trip");
     // A read from one client, one call at a time: what the gRPC path itself
     // costs a call, beside which the WriteTodos figures read.
@@ -396,6 +422,13 @@ async fn main() {
         "| WriteTodos at the store alone (no gRPC), p50 / p99 | {} / {} | - | - |",
         ms(store_write_p50),
         ms(store_write_p99)
+    )
+    .unwrap();
+    writeln!(
+        out,
+        "| WriteTodos that changes nothing (no commit, no fsync), p50 / p99 | {} / {} | - | - |",
+        ms(idle_write_p50),
+        ms(idle_write_p99)
     )
     .unwrap();
     writeln!(
