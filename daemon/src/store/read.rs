@@ -180,13 +180,13 @@ fn tasks_where(db: &mut Db, q: TaskQuery<'_>) -> Result<Vec<TaskView>, Error> {
         order = q.order.sql(),
         limit = q.limit,
     );
-    // A bounded query (a listing's page, a summary's few) gets its vector at
-    // once: a page of 10,000 tasks grown row by row is copied over and over.
-    let expected = match usize::try_from(q.limit) {
+    // A listing's page of 10,000 tasks grown row by row is copied over and
+    // over: bounded queries say their bound (see `Db::query_sized`).
+    let at_most = match usize::try_from(q.limit) {
         Ok(limit) if limit <= MAX_PAGE_SIZE + 1 => limit,
         _ => 0,
     };
-    let mut tasks = db.query_sized(&sql, q.params, expected, |row| {
+    let mut tasks = db.query_sized(&sql, q.params, at_most, |row| {
         TaskView::from_row(row, q.plan)
     })?;
     if matches!(q.detail, Detail::Full) {

@@ -257,17 +257,18 @@ impl<'c> Db<'c> {
         self.query_sized(sql, params, 0, each)
     }
 
-    /// [`Db::query`] into a vector made for `expected` rows: a listing's
-    /// page size, so that thousands of rows are not copied as it grows.
+    /// [`Db::query`] of a query that returns `at_most` rows (its LIMIT): a
+    /// large result takes room for the rest of its bound once it is large,
+    /// so that a page of thousands of rows is not copied as it grows.
     pub fn query_sized<T>(
         &mut self,
         sql: &str,
         params: &[Param<'_>],
-        expected: usize,
+        at_most: usize,
         mut each: impl FnMut(&Row<'_>) -> Result<T, Error>,
     ) -> Result<Vec<T>, Error> {
         match self {
-            Db::Sqlite(db) => db.query(sql, params, expected, |row| each(&Row::Sqlite(*row))),
+            Db::Sqlite(db) => db.query(sql, params, at_most, |row| each(&Row::Sqlite(*row))),
             Db::Postgres(db) => db
                 .query(sql, params)?
                 .iter()

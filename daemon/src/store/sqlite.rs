@@ -104,6 +104,10 @@ pub(super) struct Conn {
 // threads is allowed in SQLite's multi-thread mode.
 unsafe impl Send for Conn {}
 
+/// How many rows a bounded query's result grows to before it takes room
+/// for the rest of its bound (see [`Db::query`]).
+const GROWN_UNTIL: usize = 1024;
+
 impl Conn {
     /// Opens the database file as `options` say and runs its setup.
     pub fn open(options: &Options) -> Result<Conn, Error> {
@@ -260,19 +264,24 @@ impl<'c> Db<'c> {
         Ok(unsafe { ffi::sqlite3_changes64(self.raw) } as usize)
     }
 
-    /// Runs a query and maps every row, in order, into a vector made for
-    /// `expected` rows (a listing's page: growing a vector of thousands of
-    /// tasks row by row copies it over and over).
+    /// Runs a query and maps every row, in order. `at_most` is the most
+    /// rows it can return (its LIMIT; 0 when unbounded): a result still
+    /// growing at [`GROWN_UNTIL`] rows gets room for the rest at once, since
+    /// growing a vector of thousands of tasks row by row copies it over and
+    /// over. A small result never reserves a big page's room.
     pub fn query<T>(
         &mut self,
         sql: &str,
         params: &[Param<'_>],
-        expected: usize,
+        at_most: usize,
         mut each: impl FnMut(&Row<'_>) -> Result<T, Error>,
     ) -> Result<Vec<T>, Error> {
         let mut statement = self.prepare(sql, params)?;
-        let mut out = Vec::with_capacity(expected);
+        let mut out = Vec::new();
         while statement.step()? {
+            if out.len() == GROWN_UNTIL && at_most > GROWN_UNTIL {
+                out.reserve_exact(at_most - GROWN_UNTIL);
+            }
             out.push(each(&Row {
                 statement: &statement,
             })?);
@@ -412,5 +421,53 @@ impl Row<'_> {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn memory() -> Conn {
+        Conn::open(&Options {
+            path: ":memory:".into(),
+            read_only: false,
+            busy_timeout: std::time::Duration::from_secs(1),
+            setup: vec![],
+        })
+        .unwrap()
+    }
+
+    /// `n` rows counting up from 1, at most `limit` of them.
+    fn counted(conn: &mut Conn, n: i64, limit: usize) -> Vec<i64> {
+        let sql = "WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM c WHERE i < ?) \
+                   SELECT i FROM c LIMIT ?";
+        conn.lock()
+            .query(
+                sql,
+                &[n.into(), (limit as i64).into()],
+                limit,
+                |row| match row.value(0)? {
+                    Value::Integer(i) => Ok(i),
+                    _ => panic!("not an integer"),
+                },
+            )
+            .unwrap()
+    }
+
+    #[test]
+    fn a_bounded_query_takes_room_for_its_bound_only_once_it_is_large() {
+        let mut conn = memory();
+        // A few rows of a page of 10,001: no room taken for the page.
+        let few = counted(&mut conn, 5, 10_001);
+        assert_eq!(few, vec![1, 2, 3, 4, 5]);
+        assert!(few.capacity() < GROWN_UNTIL, "{}", few.capacity());
+        // Past GROWN_UNTIL: room for the whole bound at once, every row
+        // kept, in order.
+        let many = counted(&mut conn, 3000, 10_001);
+        assert_eq!(many, (1..=3000).collect::<Vec<_>>());
+        assert!(many.capacity() >= 10_001, "{}", many.capacity());
+        // The bound itself is what comes back when there is more.
+        assert_eq!(counted(&mut conn, 20_000, 10_001).len(), 10_001);
     }
 }
