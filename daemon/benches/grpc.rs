@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use todod::proto::todos_client::TodosClient;
 use todod::proto::{self, TodoItem};
 use todod::server::{self, Listeners, Options};
-use todod::store::Store;
+use todod_store::Store;
 use tonic::transport::Channel;
 
 // The daemon's binary runs on mimalloc (daemon/src/main.rs); so does this
@@ -186,17 +186,17 @@ async fn main() {
 
     stage("WriteTodos at the store");
     // The same writes at the store, without gRPC, to show where time goes.
-    let ctx = todod::store::WriteContext::default();
+    let ctx = todod_store::WriteContext::default();
     let mut store_writes = Vec::with_capacity(WRITE_SAMPLES);
     for n in 0..WRITE_SAMPLES {
-        let items: Vec<todod::domain::todo_list::TodoItem> = (0..4)
-            .map(|i| todod::domain::todo_list::TodoItem {
-                id: Some(todod::domain::TaskId::parse("id", &ids[i]).unwrap()),
+        let items: Vec<todod_domain::todo_list::TodoItem> = (0..4)
+            .map(|i| todod_domain::todo_list::TodoItem {
+                id: Some(todod_domain::TaskId::parse("id", &ids[i]).unwrap()),
                 content: format!("step {i}"),
                 status: Some(if i == n % 4 {
-                    todod::domain::Status::InProgress
+                    todod_domain::Status::InProgress
                 } else {
-                    todod::domain::Status::Pending
+                    todod_domain::Status::Pending
                 }),
                 priority: None,
                 depends_on: None,
@@ -341,11 +341,11 @@ async fn main() {
         let mut coding = Duration::ZERO;
         wire_bytes = 0;
         loop {
-            let filter = todod::store::TaskFilter {
+            let filter = todod_store::TaskFilter {
                 plan: "big".into(),
                 page_size: 10_000,
                 page_token: token,
-                detail: todod::store::Detail::Basic,
+                detail: todod_store::Detail::Basic,
                 ..Default::default()
             };
             let page = store.list_tasks(&filter).await.unwrap();

@@ -15,8 +15,8 @@ use sha2::{Digest, Sha256};
 use sqlx::sqlite::SqliteConnectOptions;
 use sqlx::{ConnectOptions, Connection, Row};
 
-use crate::phase::files::FileState;
-use crate::phase::state::PhaseState;
+use todod_engine::phase::files::FileState;
+use todod_engine::phase::state::PhaseState;
 
 /// Where the state directory notes its newest backup, for the message of a
 /// daemon that refuses a damaged database.
@@ -51,7 +51,7 @@ fn err(what: impl std::fmt::Display) -> BackupError {
 
 /// The newest migration this binary knows.
 pub fn schema_version() -> i64 {
-    crate::store::MIGRATOR
+    todod_store::MIGRATOR
         .iter()
         .map(|m| m.version)
         .max()
@@ -184,7 +184,7 @@ pub async fn backup(db: &Path, target: &Path) -> Result<BackupInfo, BackupError>
             .and_then(|f| f.sync_all())
             .map_err(err)?;
         let info = inspect(&staging, false).await?;
-        crate::failpoint::hit("backup.staged");
+        todod_store::failpoint::hit("backup.staged");
         std::fs::hard_link(&staging, target).map_err(|e| {
             if e.kind() == std::io::ErrorKind::AlreadyExists {
                 BackupError::Exists(format!(
@@ -328,7 +328,7 @@ pub async fn restore(
             state_dir.display()
         )));
     }
-    let staging = crate::phase::files::staging_path(&db);
+    let staging = todod_engine::phase::files::staging_path(&db);
     std::fs::copy(file, &staging).map_err(|e| err(format!("{}: {e}", staging.display())))?;
     std::fs::File::open(&staging)
         .and_then(|f| f.sync_all())

@@ -7,9 +7,9 @@ use anyhow::{bail, Context};
 use clap::Parser;
 use todod::api::auth::validate_token;
 use todod::config;
-use todod::phase::Boundaries;
 use todod::server::{self, Listeners, Options};
-use todod::store::Store;
+use todod_engine::phase::Boundaries;
+use todod_store::Store;
 
 // The generation hot path allocates small buffers per request from many
 // threads; mimalloc spends a fraction of what glibc's allocator does there.

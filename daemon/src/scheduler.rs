@@ -6,7 +6,7 @@
 //! recurring chore); `probe` asks each endpoint of a phase task's spec
 //! whether it answers (`/health`), and records what each said and how fast;
 //! `remeasure` holds a running generation and measures its server again
-//! (see [`crate::phase::kinds::feasibility::remeasure`]). A re-measurement takes a
+//! (see [`todod_engine::phase::kinds::feasibility::remeasure`]). A re-measurement takes a
 //! minute or more, so it runs beside the loop, and its slot is not looked
 //! at again until it is recorded.
 use std::collections::HashSet;
@@ -18,10 +18,10 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 use tokio::sync::watch;
 
-use crate::domain::schedule::{Action, Schedule};
-use crate::domain::{Kind, TaskId};
-use crate::phase::gate::Gates;
-use crate::store::{DueSchedule, FiringClaim, Store};
+use todod_domain::schedule::{Action, Schedule};
+use todod_domain::{Kind, TaskId};
+use todod_engine::phase::gate::Gates;
+use todod_store::{DueSchedule, FiringClaim, Store};
 
 /// Where the scheduler reads the time, and how it waits for it.
 pub trait Clock: Send + Sync + 'static {
@@ -36,7 +36,7 @@ pub struct SystemClock;
 
 impl Clock for SystemClock {
     fn now_ms(&self) -> i64 {
-        crate::store::now_ms()
+        todod_store::now_ms()
     }
 
     fn sleep_until(&self, at_ms: i64) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
@@ -107,7 +107,7 @@ pub async fn run(
     store: Store,
     clock: Arc<dyn Clock>,
     gates: Gates,
-    telemetry: crate::telemetry::Telemetry,
+    telemetry: todod_telemetry::Telemetry,
     holder: String,
     mut stop: watch::Receiver<bool>,
 ) {
@@ -264,7 +264,7 @@ pub async fn run(
 struct Measuring {
     tasks: HashSet<TaskId>,
     by_join: std::collections::HashMap<tokio::task::Id, TaskId>,
-    beside: tokio::task::JoinSet<Result<(), crate::store::Error>>,
+    beside: tokio::task::JoinSet<Result<(), todod_store::Error>>,
     /// A re-measurement that could not be recorded is not tried again
     /// before this: each try holds the run.
     not_before: std::collections::HashMap<TaskId, Instant>,
@@ -274,13 +274,13 @@ struct Measuring {
 /// waits.
 const REMEASURE_BACKOFF: Duration = Duration::from_secs(60);
 
-type Joined = Result<(tokio::task::Id, Result<(), crate::store::Error>), tokio::task::JoinError>;
+type Joined = Result<(tokio::task::Id, Result<(), todod_store::Error>), tokio::task::JoinError>;
 
 impl Measuring {
     fn start(
         &mut self,
         task: TaskId,
-        firing: impl Future<Output = Result<(), crate::store::Error>> + Send + 'static,
+        firing: impl Future<Output = Result<(), todod_store::Error>> + Send + 'static,
     ) {
         self.tasks.insert(task);
         let handle = self.beside.spawn(firing);
@@ -323,9 +323,9 @@ async fn fire(
     offset: i64,
     http: Option<&reqwest::Client>,
     gates: &Gates,
-    telemetry: &crate::telemetry::Telemetry,
+    telemetry: &todod_telemetry::Telemetry,
     due: &DueSchedule,
-) -> Result<(), crate::store::Error> {
+) -> Result<(), todod_store::Error> {
     let now = clock.now_ms() + offset;
     let parsed = Action::parse("action", &due.action)
         .and_then(|action| Schedule::parse(&due.cron, &due.timezone, action, now));
@@ -344,9 +344,9 @@ async fn fire(
     };
     let mut outcome = json!({
         "action": schedule.action.as_str(),
-        "slot": crate::domain::time::rfc3339(firing.slot_ms),
+        "slot": todod_domain::time::rfc3339(firing.slot_ms),
         "missed_slots": firing.slots - 1,
-        "next": firing.next_ms.map(crate::domain::time::rfc3339),
+        "next": firing.next_ms.map(todod_domain::time::rfc3339),
     });
     let mut reopen = false;
     let mut next_ms = firing.next_ms;
@@ -358,7 +358,7 @@ async fn fire(
             outcome["endpoints"] = probe(http, due.spec.as_deref()).await;
         }
         Action::Remeasure => {
-            let found = crate::phase::kinds::feasibility::remeasure::remeasure(
+            let found = todod_engine::phase::kinds::feasibility::remeasure::remeasure(
                 store, gates, telemetry, due.task,
             )
             .await;
@@ -369,7 +369,7 @@ async fn fire(
             // measurement longer than the schedule's interval must not be
             // followed at once by another hold of the run.
             next_ms = schedule.next_after(clock.now_ms() + offset);
-            outcome["next"] = json!(next_ms.map(crate::domain::time::rfc3339));
+            outcome["next"] = json!(next_ms.map(todod_domain::time::rfc3339));
         }
     }
     tracing::info!(task = %due.task, action = schedule.action.as_str(), missed = firing.slots - 1, "schedule fired");

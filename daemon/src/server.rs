@@ -15,11 +15,11 @@ use tower::layer::util::Identity;
 
 use crate::api::auth::BearerAuth;
 use crate::api::{TodoService, MAX_REQUEST_BYTES, MAX_RESPONSE_BYTES};
-use crate::phase::files::{RealFs, SharedFs};
-use crate::phase::{runtime, Boundaries};
 use crate::proto::todos_server::TodosServer;
 use crate::proto::FILE_DESCRIPTOR_SET;
-use crate::store::Store;
+use todod_engine::phase::files::{RealFs, SharedFs};
+use todod_engine::phase::{runtime, Boundaries};
+use todod_store::Store;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -30,7 +30,7 @@ pub enum Error {
     #[error("listener: {0}")]
     Listener(String),
     #[error("store: {0}")]
-    Store(#[from] crate::store::Error),
+    Store(#[from] todod_store::Error),
     #[error("the health watchdog's thread: {0}")]
     Watchdog(std::io::Error),
 }
@@ -60,7 +60,7 @@ pub struct Options {
     pub writer_stall: Option<std::time::Duration>,
     /// The instruments workers update and `/metrics` shows (fresh ones
     /// unless a test gives its own).
-    pub telemetry: crate::telemetry::Telemetry,
+    pub telemetry: todod_telemetry::Telemetry,
 }
 
 /// How long a write may wait for the writer before the daemon says, in its
@@ -218,7 +218,9 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), Error> {
     // The store admits the tasks of every kind in the phase table.
-    store.register_kinds(&crate::phase::kinds::all()).await?;
+    store
+        .register_kinds(&todod_engine::phase::kinds::all())
+        .await?;
     let (stop_tx, stop_rx) = watch::channel(false);
     let (reporter, health) = tonic_health::server::health_reporter();
     reporter.set_serving::<TodosServer<TodoService>>().await;
@@ -275,7 +277,7 @@ pub async fn run(
     let unix_auth = BearerAuth::new(None);
 
     // Phase runs go on beside the API and stop with it, resumable.
-    let gates = crate::phase::gate::Gates::default();
+    let gates = todod_engine::phase::gate::Gates::default();
     let run_id = runtime::new_run_id();
     let settings = runtime::Settings {
         run_id: run_id.clone(),

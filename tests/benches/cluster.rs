@@ -26,9 +26,9 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper_util::rt::TokioIo;
 use serde_json::{json, Value};
-use todod::telemetry::process;
 use todod_e2e::gen::write_prompts;
 use todod_e2e::{create_generation, wait_task, RealDaemon};
+use todod_telemetry::process;
 
 fn env(name: &str, default: f64) -> f64 {
     std::env::var(name)

@@ -100,8 +100,7 @@ async fn run_filter(c: &mut Client, input: &Path, output: &Path) -> (proto::Task
 }
 
 fn rss_mib(pid: u32) -> f64 {
-    todod::telemetry::process::of::status_bytes(pid, "VmRSS").unwrap_or(0) as f64
-        / (1024.0 * 1024.0)
+    todod_telemetry::process::of::status_bytes(pid, "VmRSS").unwrap_or(0) as f64 / (1024.0 * 1024.0)
 }
 
 #[tokio::main]

@@ -42,7 +42,7 @@ async fn wait_until(c: &mut Client, plan: &str, task: &str, done: impl Fn(&proto
 }
 
 fn rss_kib(pid: u32) -> u64 {
-    todod::telemetry::process::of::status_bytes(pid, "VmRSS").unwrap_or(0) / 1024
+    todod_telemetry::process::of::status_bytes(pid, "VmRSS").unwrap_or(0) / 1024
 }
 
 /// Samples a process's RSS every 50 ms into `peak` until the process is gone.

@@ -95,7 +95,7 @@ async fn run_task(c: &mut Client, plan: &str, kind: &str, spec: Value) -> (proto
 }
 
 fn rss_kib(pid: u32) -> u64 {
-    todod::telemetry::process::of::status_bytes(pid, "VmRSS").unwrap_or(0) / 1024
+    todod_telemetry::process::of::status_bytes(pid, "VmRSS").unwrap_or(0) / 1024
 }
 
 #[tokio::main]

@@ -15,12 +15,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use todod::phase::cursor::Cursor;
-use todod::phase::files::{hex, FileState, Identity, InputIdentity, HEAD_BYTES};
-use todod::phase::state::{InputState, PassCounts, PhaseState};
-use todod::store::{Store, WriteContext};
 use todod_e2e::mock_openai::{MockOpenAi, Settings};
 use todod_e2e::{abandoned_generation, wait_task, RealDaemon};
+use todod_engine::phase::cursor::Cursor;
+use todod_engine::phase::files::{hex, FileState, Identity, InputIdentity, HEAD_BYTES};
+use todod_engine::phase::state::{InputState, PassCounts, PhaseState};
+use todod_store::{Store, WriteContext};
 
 const TOTAL: u64 = 10_000_000;
 const DONE: u64 = 9_000_000;
@@ -55,7 +55,7 @@ fn file_state(path: &Path) -> FileState {
 }
 
 fn rss_kib(pid: u32) -> u64 {
-    todod::telemetry::process::of::status_bytes(pid, "VmRSS").unwrap_or(0) / 1024
+    todod_telemetry::process::of::status_bytes(pid, "VmRSS").unwrap_or(0) / 1024
 }
 
 #[tokio::main]

@@ -9,7 +9,7 @@ use std::time::Duration;
 use tempfile::TempDir;
 use todod::proto::todos_client::TodosClient;
 use todod::server::{self, Listeners, Options};
-use todod::store::Store;
+use todod_store::Store;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tonic::metadata::{Ascii, MetadataValue};
@@ -28,6 +28,7 @@ pub mod fixtures;
 pub mod gen;
 mod kill;
 pub mod llama_server;
+pub mod lossy_fs;
 pub mod lossy_proxy;
 pub mod megatron;
 pub mod mock_openai;
@@ -700,12 +701,12 @@ pub async fn abandoned_generation(
     plan: &str,
     spec: &serde_json::Value,
     attempt: &str,
-) -> todod::domain::TaskId {
+) -> todod_domain::TaskId {
     let spec = spec.to_string();
     abandoned_phase(
         store,
         plan,
-        todod::domain::Kind::named("generation"),
+        todod_domain::Kind::named("generation"),
         &spec,
         attempt,
     )
@@ -717,11 +718,11 @@ pub async fn abandoned_generation(
 pub async fn stored_phase_task(
     store: &Store,
     plan: &str,
-    kind: todod::domain::Kind,
+    kind: todod_domain::Kind,
     spec: &str,
-) -> todod::domain::TaskId {
-    use todod::domain::Priority;
-    use todod::store::{NewTask, WriteContext};
+) -> todod_domain::TaskId {
+    use todod_domain::Priority;
+    use todod_store::{NewTask, WriteContext};
     let ctx = WriteContext {
         actor: "test".into(),
         ..Default::default()
@@ -754,12 +755,12 @@ pub async fn stored_phase_task(
 pub async fn abandoned_phase(
     store: &Store,
     plan: &str,
-    kind: todod::domain::Kind,
+    kind: todod_domain::Kind,
     spec: &str,
     attempt: &str,
-) -> todod::domain::TaskId {
-    use todod::domain::Status;
-    use todod::store::WriteContext;
+) -> todod_domain::TaskId {
+    use todod_domain::Status;
+    use todod_store::WriteContext;
     let ctx = WriteContext {
         actor: "test".into(),
         ..Default::default()

@@ -7,10 +7,12 @@ use prost::Message;
 use sha2::{Digest, Sha256};
 use tonic::Status;
 
-use super::convert;
-use crate::domain::Error as Rule;
+use super::{convert, ToStatus};
 use crate::proto;
-use crate::store::{Answer, AppliedPipeline, Once, PlanView, RequestKey, TaskView, WrittenTodos};
+use todod_domain::Error as Rule;
+use todod_store::{
+    AnswerCodec, AppliedPipeline, Once, PlanView, RequestKey, TaskView, WrittenTodos,
+};
 
 /// The longest request id taken (a UUID is 36 characters).
 const MAX_REQUEST_ID: usize = 128;
@@ -30,7 +32,7 @@ pub fn request_key<T: Message + Clone>(
             "request_id",
             format!("must be at most {MAX_REQUEST_ID} printable ASCII characters (a UUID, say)"),
         )
-        .into());
+        .to_status());
     }
     let mut without = request.clone();
     clear(&mut without);
@@ -39,6 +41,7 @@ pub fn request_key<T: Message + Clone>(
         id: request_id.to_string(),
         method,
         fingerprint: digest.iter().map(|b| format!("{b:02x}")).collect(),
+        codec: &Protobuf,
     }))
 }
 
@@ -88,26 +91,24 @@ pub fn applied_pipeline(applied: AppliedPipeline) -> proto::ApplyPipelineRespons
     }
 }
 
-impl Answer for PlanView {
-    fn encoded(&self) -> Vec<u8> {
-        convert::plan(self.clone()).encode_to_vec()
-    }
-}
+/// The answers a store keeps for replays: the protobuf responses the first
+/// call got.
+struct Protobuf;
 
-impl Answer for TaskView {
-    fn encoded(&self) -> Vec<u8> {
-        convert::task(self.clone()).encode_to_vec()
+impl AnswerCodec for Protobuf {
+    fn plan(&self, plan: &PlanView) -> Vec<u8> {
+        convert::plan(plan.clone()).encode_to_vec()
     }
-}
 
-impl Answer for WrittenTodos {
-    fn encoded(&self) -> Vec<u8> {
-        written_todos(self.clone()).encode_to_vec()
+    fn task(&self, task: &TaskView) -> Vec<u8> {
+        convert::task(task.clone()).encode_to_vec()
     }
-}
 
-impl Answer for AppliedPipeline {
-    fn encoded(&self) -> Vec<u8> {
-        applied_pipeline(self.clone()).encode_to_vec()
+    fn written_todos(&self, written: &WrittenTodos) -> Vec<u8> {
+        written_todos(written.clone()).encode_to_vec()
+    }
+
+    fn applied_pipeline(&self, applied: &AppliedPipeline) -> Vec<u8> {
+        applied_pipeline(applied.clone()).encode_to_vec()
     }
 }

@@ -1,18 +1,18 @@
 //! Hand-written conversions between protobuf messages and domain/store types.
 //! Validation of client input happens here, so every error names its field.
 
-use crate::domain::annotations;
-use crate::domain::model::{validate_content, validate_plan_name};
-use crate::domain::todo_list::TodoItem;
-use crate::domain::{Error, Kind, Priority, Readiness, Status, TaskId};
 use crate::proto;
-use crate::store::{Detail, EventView, PlanSummary, PlanView, TaskView};
+use todod_domain::annotations;
+use todod_domain::model::{validate_content, validate_plan_name};
+use todod_domain::todo_list::TodoItem;
+use todod_domain::{Error, Kind, Priority, Readiness, Status, TaskId};
+use todod_store::{Detail, EventView, PlanSummary, PlanView, TaskView};
 
 /// Most items one `WriteTodos` may carry.
 pub const MAX_TODO_ITEMS: usize = 10_000;
 
 pub fn time(ms: i64) -> String {
-    crate::domain::time::rfc3339(ms)
+    todod_domain::time::rfc3339(ms)
 }
 
 fn optional_time(ms: Option<i64>) -> String {
@@ -60,7 +60,7 @@ pub fn priority_or(field: &str, text: &str, default: Priority) -> Result<Priorit
 }
 
 pub fn kind_or_todo(field: &str, text: &str) -> Result<Kind, Error> {
-    Ok(optional(field, text, crate::phase::kinds::parse)?.unwrap_or(Kind::TODO))
+    Ok(optional(field, text, todod_engine::phase::kinds::parse)?.unwrap_or(Kind::TODO))
 }
 
 pub fn statuses(field: &str, texts: &[String]) -> Result<Vec<Status>, Error> {
@@ -75,7 +75,7 @@ pub fn kinds(field: &str, texts: &[String]) -> Result<Vec<Kind>, Error> {
     texts
         .iter()
         .enumerate()
-        .map(|(i, t)| crate::phase::kinds::parse(&format!("{field}[{i}]"), t))
+        .map(|(i, t)| todod_engine::phase::kinds::parse(&format!("{field}[{i}]"), t))
         .collect()
 }
 
@@ -181,7 +181,10 @@ fn progress(json: &str) -> Option<proto::Progress> {
 
 pub fn task(view: TaskView) -> proto::Task {
     // What the task's kind makes of its result, for `status`.
-    let summary = match (crate::phase::kinds::get(view.kind), view.result.as_deref()) {
+    let summary = match (
+        todod_engine::phase::kinds::get(view.kind),
+        view.result.as_deref(),
+    ) {
         (Some(kind), Some(result)) => kind.view(result).map(|v| v.summary),
         _ => None,
     };
@@ -251,18 +254,22 @@ pub fn kind_infos() -> Vec<proto::KindInfo> {
             .into(),
         phase: false,
         plan_section: String::new(),
-        actions: vec![crate::domain::schedule::Action::Reopen.as_str().into()],
+        actions: vec![todod_domain::schedule::Action::Reopen.as_str().into()],
         output_fields: Vec::new(),
     };
     std::iter::once(todo)
-        .chain(crate::phase::kinds::TABLE.iter().map(|k| proto::KindInfo {
-            name: k.name().into(),
-            summary: k.summary_line().into(),
-            phase: true,
-            plan_section: k.step().map(|s| s.section.to_string()).unwrap_or_default(),
-            actions: k.actions().iter().map(|a| a.as_str().to_string()).collect(),
-            output_fields: k.output_fields().iter().map(|f| f.to_string()).collect(),
-        }))
+        .chain(
+            todod_engine::phase::kinds::TABLE
+                .iter()
+                .map(|k| proto::KindInfo {
+                    name: k.name().into(),
+                    summary: k.summary_line().into(),
+                    phase: true,
+                    plan_section: k.step().map(|s| s.section.to_string()).unwrap_or_default(),
+                    actions: k.actions().iter().map(|a| a.as_str().to_string()).collect(),
+                    output_fields: k.output_fields().iter().map(|f| f.to_string()).collect(),
+                }),
+        )
         .collect()
 }
 

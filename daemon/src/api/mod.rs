@@ -8,6 +8,7 @@ mod answers;
 pub mod auth;
 pub mod convert;
 mod error;
+use error::ToStatus;
 pub mod logins;
 mod pipeline;
 
@@ -19,13 +20,13 @@ use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 
-use crate::domain::annotations;
-use crate::domain::model::{validate_content, validate_free_text};
-use crate::domain::{Error as Rule, TaskId};
-use crate::phase::kind::Checked;
-use crate::phase::{kinds, Boundaries};
 use crate::proto::{self, todos_server::Todos};
-use crate::store::{EventFilter, NewTask, SpecUpdate, Store, TaskFilter, TaskUpdate, WriteContext};
+use todod_domain::annotations;
+use todod_domain::model::{validate_content, validate_free_text};
+use todod_domain::{Error as Rule, TaskId};
+use todod_engine::phase::kind::Checked;
+use todod_engine::phase::{kinds, Boundaries};
+use todod_store::{EventFilter, NewTask, SpecUpdate, Store, TaskFilter, TaskUpdate, WriteContext};
 
 pub use todod_proto::local::{CLIENT_HEADER, MAX_RESPONSE_BYTES};
 /// Largest request the daemon decodes.
@@ -86,7 +87,12 @@ impl TodoService {
         let Some(key) = &ctx.request else {
             return Ok(None);
         };
-        match self.store.kept_answer(&ctx.actor, key).await? {
+        match self
+            .store
+            .kept_answer(&ctx.actor, key)
+            .await
+            .map_err(ToStatus::to_status)?
+        {
             None => Ok(None),
             Some(bytes) => answers::decode(&bytes).map(Some),
         }
@@ -107,8 +113,13 @@ impl TodoService {
         if let Some(kept) = self.kept(&ctx).await? {
             return Ok(Response::new(kept));
         }
-        let name = convert::plan_name("name", &request.get_ref().name)?;
-        let plan = self.store.archive_plan(&name, restore, &ctx).await?;
+        let name =
+            convert::plan_name("name", &request.get_ref().name).map_err(ToStatus::to_status)?;
+        let plan = self
+            .store
+            .archive_plan(&name, restore, &ctx)
+            .await
+            .map_err(ToStatus::to_status)?;
         Ok(Response::new(answers::answer(plan, convert::plan)?))
     }
 }
@@ -180,11 +191,11 @@ fn context<T: WriteRequest>(
         .unwrap_or_else(|| "anonymous".to_string());
     let body = request.get_ref();
     if body.expected_revision() < 0 {
-        return Err(Rule::invalid("expected_revision", "must not be negative").into());
+        return Err(Rule::invalid("expected_revision", "must not be negative").to_status());
     }
     Ok(WriteContext {
         actor,
-        reason: validate_free_text("reason", body.reason())?,
+        reason: validate_free_text("reason", body.reason()).map_err(ToStatus::to_status)?,
         expected_revision: (body.expected_revision() > 0).then_some(body.expected_revision()),
         request: answers::request_key(method, body.request_id(), body, T::clear_request_id)?,
     })
@@ -197,14 +208,15 @@ fn edge(
 ) -> Result<(WriteContext, TaskId, TaskId), Status> {
     let ctx = context(&request, method)?;
     let req = request.into_inner();
-    let id = convert::task_id("task_id", &req.task_id)?;
-    let depends_on = convert::task_id("depends_on", &req.depends_on)?;
+    let id = convert::task_id("task_id", &req.task_id).map_err(ToStatus::to_status)?;
+    let depends_on =
+        convert::task_id("depends_on", &req.depends_on).map_err(ToStatus::to_status)?;
     Ok((ctx, id, depends_on))
 }
 
 fn highlights(field: &str, limit: i32, default: usize) -> Result<usize, Status> {
     match limit {
-        n if n < 0 => Err(Rule::invalid(field, "must not be negative").into()),
+        n if n < 0 => Err(Rule::invalid(field, "must not be negative").to_status()),
         0 => Ok(default),
         n => Ok((n as usize).min(MAX_HIGHLIGHTS)),
     }
@@ -212,7 +224,7 @@ fn highlights(field: &str, limit: i32, default: usize) -> Result<usize, Status> 
 
 fn page_size(field: &str, size: i32) -> Result<usize, Status> {
     if size < 0 {
-        return Err(Rule::invalid(field, "must not be negative").into());
+        return Err(Rule::invalid(field, "must not be negative").to_status());
     }
     Ok(size as usize)
 }
@@ -224,7 +236,7 @@ impl TodoService {
     /// (inputs exist, outputs are free), so it runs off the async workers.
     async fn check_spec(
         &self,
-        kind: crate::domain::Kind,
+        kind: todod_domain::Kind,
         json: &str,
         own: &[String],
     ) -> Result<Checked<()>, Status> {
@@ -235,25 +247,25 @@ impl TodoService {
                 tracing::error!(error = %e, "spec check panicked");
                 Status::internal("internal error; see the daemon's log")
             })?;
-        let checked = checked?;
+        let checked = checked.map_err(ToStatus::to_status)?;
         if let Some((field, id, kind)) = &checked.refers {
             let task = match self.store.get_task(*id).await {
                 Ok(task) => task,
-                Err(crate::store::Error::Rule(crate::domain::Error::NotFound { .. })) => {
-                    return Err(crate::domain::Error::invalid(
+                Err(todod_store::Error::Rule(todod_domain::Error::NotFound { .. })) => {
+                    return Err(todod_domain::Error::invalid(
                         field,
                         format!("task {id} does not exist"),
                     )
-                    .into())
+                    .to_status())
                 }
-                Err(e) => return Err(e.into()),
+                Err(e) => return Err(e.to_status()),
             };
             if task.kind != *kind {
-                return Err(crate::domain::Error::invalid(
+                return Err(todod_domain::Error::invalid(
                     field,
                     format!("task {id} is a {} task, not a {kind} task", task.kind),
                 )
-                .into());
+                .to_status());
             }
         }
         Ok(checked)
@@ -287,12 +299,16 @@ impl Todos for TodoService {
             "/".to_string()
         } else {
             // NOT_FOUND now, not a 404 in the browser later.
-            let plan = self.store.get_plan(plan).await?;
+            let plan = self
+                .store
+                .get_plan(plan)
+                .await
+                .map_err(ToStatus::to_status)?;
             let path = format!("/plans/{}", logins::percent_encode(&plan.name));
             logins::percent_encode(&path)
         };
         let code = keeper.mint();
-        let expires = crate::store::now_ms() + logins::CODE_TTL.as_millis() as i64;
+        let expires = todod_store::now_ms() + logins::CODE_TTL.as_millis() as i64;
         Ok(Response::new(proto::OpenPageResponse {
             url: format!("{base}/login?code={code}&next={next}"),
             expires_at: convert::time(expires),
@@ -304,11 +320,16 @@ impl Todos for TodoService {
         request: Request<proto::BackupRequest>,
     ) -> Result<Response<proto::BackupResponse>, Status> {
         let path = std::path::PathBuf::from(&request.get_ref().path);
-        let claim = crate::phase::spec::output_file("path", &path, false, &self.bounds)
-            .map_err(|e| Status::from(e.renamed("spec.path", "path")))?;
+        let claim = todod_engine::phase::spec::output_file("path", &path, false, &self.bounds)
+            .map_err(|e| e.renamed("spec.path", "path").to_status())?;
         let target = std::path::PathBuf::from(&claim.path);
-        if let Some(task) = self.store.claimed_by(&claim.path).await? {
-            return Err(Status::from(Rule::PathTaken {
+        if let Some(task) = self
+            .store
+            .claimed_by(&claim.path)
+            .await
+            .map_err(ToStatus::to_status)?
+        {
+            return Err(ToStatus::to_status(Rule::PathTaken {
                 field: "path".into(),
                 path: claim.path.clone(),
                 why: format!("is an output of task {task}"),
@@ -362,18 +383,17 @@ impl Todos for TodoService {
             return Ok(Response::new(kept));
         }
         let req = request.into_inner();
-        let id = convert::task_id("task_id", &req.task_id)?;
+        let id = convert::task_id("task_id", &req.task_id).map_err(ToStatus::to_status)?;
         let now = self.clock.now_ms();
         let schedule = if req.clear {
             None
         } else {
-            let action = crate::domain::schedule::Action::parse("action", &req.action)?;
-            Some(crate::domain::schedule::Schedule::parse(
-                &req.cron,
-                &req.timezone,
-                action,
-                now,
-            )?)
+            let action = todod_domain::schedule::Action::parse("action", &req.action)
+                .map_err(ToStatus::to_status)?;
+            Some(
+                todod_domain::schedule::Schedule::parse(&req.cron, &req.timezone, action, now)
+                    .map_err(ToStatus::to_status)?,
+            )
         };
         let taking = schedule
             .as_ref()
@@ -382,7 +402,8 @@ impl Todos for TodoService {
         let task = self
             .store
             .set_schedule(id, schedule, &taking, now, &ctx)
-            .await?;
+            .await
+            .map_err(ToStatus::to_status)?;
         Ok(Response::new(answers::answer(task, convert::task)?))
     }
 
@@ -395,9 +416,13 @@ impl Todos for TodoService {
             return Ok(Response::new(kept));
         }
         let req = request.into_inner();
-        let plan = convert::plan_name("plan", &req.plan)?;
-        let items = convert::todo_items(&req.todos)?;
-        let written = self.store.write_todos(&plan, &items, &ctx).await?;
+        let plan = convert::plan_name("plan", &req.plan).map_err(ToStatus::to_status)?;
+        let items = convert::todo_items(&req.todos).map_err(ToStatus::to_status)?;
+        let written = self
+            .store
+            .write_todos(&plan, &items, &ctx)
+            .await
+            .map_err(ToStatus::to_status)?;
         Ok(Response::new(answers::answer(
             written,
             answers::written_todos,
@@ -408,8 +433,13 @@ impl Todos for TodoService {
         &self,
         request: Request<proto::ReadTodosRequest>,
     ) -> Result<Response<proto::ReadTodosResponse>, Status> {
-        let plan = convert::plan_name("plan", &request.get_ref().plan)?;
-        let (plan, todos) = self.store.read_todos(&plan).await?;
+        let plan =
+            convert::plan_name("plan", &request.get_ref().plan).map_err(ToStatus::to_status)?;
+        let (plan, todos) = self
+            .store
+            .read_todos(&plan)
+            .await
+            .map_err(ToStatus::to_status)?;
         Ok(Response::new(proto::ReadTodosResponse {
             plan: Some(convert::plan(plan)),
             todos: convert::tasks(todos),
@@ -425,9 +455,13 @@ impl Todos for TodoService {
             return Ok(Response::new(kept));
         }
         let req = request.into_inner();
-        let name = convert::plan_name("name", &req.name)?;
-        let title = validate_free_text("title", &req.title)?;
-        let plan = self.store.create_plan(&name, &title, &ctx).await?;
+        let name = convert::plan_name("name", &req.name).map_err(ToStatus::to_status)?;
+        let title = validate_free_text("title", &req.title).map_err(ToStatus::to_status)?;
+        let plan = self
+            .store
+            .create_plan(&name, &title, &ctx)
+            .await
+            .map_err(ToStatus::to_status)?;
         Ok(Response::new(answers::answer(plan, convert::plan)?))
     }
 
@@ -450,9 +484,13 @@ impl Todos for TodoService {
         request: Request<proto::GetPlanRequest>,
     ) -> Result<Response<proto::PlanSummary>, Status> {
         let req = request.into_inner();
-        let name = convert::plan_name("name", &req.name)?;
+        let name = convert::plan_name("name", &req.name).map_err(ToStatus::to_status)?;
         let limit = highlights("highlight_limit", req.highlight_limit, DEFAULT_HIGHLIGHTS)?;
-        let summary = self.store.plan_summary(&name, limit).await?;
+        let summary = self
+            .store
+            .plan_summary(&name, limit)
+            .await
+            .map_err(ToStatus::to_status)?;
         Ok(Response::new(convert::summary(summary)))
     }
 
@@ -463,8 +501,17 @@ impl Todos for TodoService {
         let limit = highlights("highlight_limit", request.get_ref().highlight_limit, 0)?;
         let mut plans = Vec::new();
         let include_archived = request.get_ref().include_archived;
-        for plan in self.store.list_plans(include_archived).await? {
-            let summary = self.store.plan_summary(&plan.name, limit).await?;
+        for plan in self
+            .store
+            .list_plans(include_archived)
+            .await
+            .map_err(ToStatus::to_status)?
+        {
+            let summary = self
+                .store
+                .plan_summary(&plan.name, limit)
+                .await
+                .map_err(ToStatus::to_status)?;
             plans.push(convert::summary(summary));
         }
         Ok(Response::new(proto::ListPlansResponse { plans }))
@@ -479,15 +526,18 @@ impl Todos for TodoService {
             return Ok(Response::new(kept));
         }
         let req = request.into_inner();
-        let plan = convert::plan_name("plan", &req.plan)?;
-        let content = validate_content("content", &req.content)?;
+        let plan = convert::plan_name("plan", &req.plan).map_err(ToStatus::to_status)?;
+        let content = validate_content("content", &req.content).map_err(ToStatus::to_status)?;
         let priority =
-            convert::priority_or("priority", &req.priority, crate::domain::Priority::Medium)?;
-        let kind = convert::kind_or_todo("kind", &req.kind)?;
-        let depends_on = convert::task_ids("depends_on", &req.depends_on)?;
+            convert::priority_or("priority", &req.priority, todod_domain::Priority::Medium)
+                .map_err(ToStatus::to_status)?;
+        let kind = convert::kind_or_todo("kind", &req.kind).map_err(ToStatus::to_status)?;
+        let depends_on =
+            convert::task_ids("depends_on", &req.depends_on).map_err(ToStatus::to_status)?;
         // The shape first (an object, present exactly for phase kinds), then
         // what the kind needs of it.
-        let spec = crate::domain::spec::validate("spec_json", kind, &req.spec_json)?;
+        let spec = todod_domain::spec::validate("spec_json", kind, &req.spec_json)
+            .map_err(ToStatus::to_status)?;
         let checked = match &spec {
             Some(json) => Some(self.check_spec(kind, json, &[]).await?),
             None => None,
@@ -504,10 +554,15 @@ impl Todos for TodoService {
                 .unwrap_or_default(),
             depends_on,
             requires_dependency: checked.and_then(|c| c.requires),
-            owner: annotations::validate_owner("owner", &req.owner)?,
-            metadata: annotations::parse_patch("metadata_json", &req.metadata_json)?,
+            owner: annotations::validate_owner("owner", &req.owner).map_err(ToStatus::to_status)?,
+            metadata: annotations::parse_patch("metadata_json", &req.metadata_json)
+                .map_err(ToStatus::to_status)?,
         };
-        let task = self.store.create_task(&new, &ctx).await?;
+        let task = self
+            .store
+            .create_task(&new, &ctx)
+            .await
+            .map_err(ToStatus::to_status)?;
         Ok(Response::new(answers::answer(task, convert::task)?))
     }
 
@@ -515,8 +570,8 @@ impl Todos for TodoService {
         &self,
         request: Request<proto::GetTaskRequest>,
     ) -> Result<Response<proto::Task>, Status> {
-        let id = convert::task_id("id", &request.get_ref().id)?;
-        let task = self.store.get_task(id).await?;
+        let id = convert::task_id("id", &request.get_ref().id).map_err(ToStatus::to_status)?;
+        let task = self.store.get_task(id).await.map_err(ToStatus::to_status)?;
         Ok(Response::new(convert::task(task)))
     }
 
@@ -526,16 +581,21 @@ impl Todos for TodoService {
     ) -> Result<Response<proto::ListTasksResponse>, Status> {
         let req = request.into_inner();
         let filter = TaskFilter {
-            plan: convert::plan_name("plan", &req.plan)?,
-            statuses: convert::statuses("statuses", &req.statuses)?,
-            kinds: convert::kinds("kinds", &req.kinds)?,
-            readiness: convert::readiness("readiness", &req.readiness)?,
+            plan: convert::plan_name("plan", &req.plan).map_err(ToStatus::to_status)?,
+            statuses: convert::statuses("statuses", &req.statuses).map_err(ToStatus::to_status)?,
+            kinds: convert::kinds("kinds", &req.kinds).map_err(ToStatus::to_status)?,
+            readiness: convert::readiness("readiness", &req.readiness)
+                .map_err(ToStatus::to_status)?,
             include_archived: req.include_archived,
-            detail: convert::detail("view", &req.view)?,
+            detail: convert::detail("view", &req.view).map_err(ToStatus::to_status)?,
             page_size: page_size("page_size", req.page_size)?,
             page_token: Some(req.page_token).filter(|t| !t.is_empty()),
         };
-        let page = self.store.list_tasks(&filter).await?;
+        let page = self
+            .store
+            .list_tasks(&filter)
+            .await
+            .map_err(ToStatus::to_status)?;
         Ok(Response::new(proto::ListTasksResponse {
             tasks: convert::tasks(page.tasks),
             next_page_token: page.next_page_token.unwrap_or_default(),
@@ -552,14 +612,19 @@ impl Todos for TodoService {
             return Ok(Response::new(kept));
         }
         let req = request.into_inner();
-        let id = convert::task_id("id", &req.id)?;
+        let id = convert::task_id("id", &req.id).map_err(ToStatus::to_status)?;
         let spec = match req.spec_json {
             None => None,
             Some(raw) => {
-                let current = self.store.get_task(id).await?;
-                let json = crate::domain::spec::validate("spec_json", current.kind, &raw)?
+                let current = self.store.get_task(id).await.map_err(ToStatus::to_status)?;
+                let json = todod_domain::spec::validate("spec_json", current.kind, &raw)
+                    .map_err(ToStatus::to_status)?
                     .unwrap_or_default();
-                let own = self.store.task_claims(id).await?;
+                let own = self
+                    .store
+                    .task_claims(id)
+                    .await
+                    .map_err(ToStatus::to_status)?;
                 let checked = self.check_spec(current.kind, &json, &own).await?;
                 let old = current.spec.clone().unwrap_or_default();
                 Some(SpecUpdate {
@@ -574,22 +639,30 @@ impl Todos for TodoService {
             content: req
                 .content
                 .map(|c| validate_content("content", &c))
-                .transpose()?,
+                .transpose()
+                .map_err(ToStatus::to_status)?,
             priority: req
                 .priority
-                .map(|p| crate::domain::Priority::parse("priority", &p))
-                .transpose()?,
+                .map(|p| todod_domain::Priority::parse("priority", &p))
+                .transpose()
+                .map_err(ToStatus::to_status)?,
             spec,
             owner: req
                 .owner
                 .map(|o| annotations::validate_owner("owner", &o))
-                .transpose()?,
+                .transpose()
+                .map_err(ToStatus::to_status)?,
             metadata: match &req.metadata_patch_json {
-                Some(text) => annotations::parse_patch("metadata_patch_json", text)?,
+                Some(text) => annotations::parse_patch("metadata_patch_json", text)
+                    .map_err(ToStatus::to_status)?,
                 None => None,
             },
         };
-        let task = self.store.update_task(id, &update, &ctx).await?;
+        let task = self
+            .store
+            .update_task(id, &update, &ctx)
+            .await
+            .map_err(ToStatus::to_status)?;
         Ok(Response::new(answers::answer(task, convert::task)?))
     }
 
@@ -602,9 +675,13 @@ impl Todos for TodoService {
             return Ok(Response::new(kept));
         }
         let req = request.into_inner();
-        let id = convert::task_id("id", &req.id)?;
-        let to = convert::status("to", &req.to)?;
-        let task = self.store.transition(id, to, &ctx).await?;
+        let id = convert::task_id("id", &req.id).map_err(ToStatus::to_status)?;
+        let to = convert::status("to", &req.to).map_err(ToStatus::to_status)?;
+        let task = self
+            .store
+            .transition(id, to, &ctx)
+            .await
+            .map_err(ToStatus::to_status)?;
         Ok(Response::new(answers::answer(task, convert::task)?))
     }
 
@@ -616,7 +693,11 @@ impl Todos for TodoService {
         if let Some(kept) = self.kept(&ctx).await? {
             return Ok(Response::new(kept));
         }
-        let task = self.store.add_dependency(id, depends_on, &ctx).await?;
+        let task = self
+            .store
+            .add_dependency(id, depends_on, &ctx)
+            .await
+            .map_err(ToStatus::to_status)?;
         Ok(Response::new(answers::answer(task, convert::task)?))
     }
 
@@ -628,7 +709,11 @@ impl Todos for TodoService {
         if let Some(kept) = self.kept(&ctx).await? {
             return Ok(Response::new(kept));
         }
-        let task = self.store.remove_dependency(id, depends_on, &ctx).await?;
+        let task = self
+            .store
+            .remove_dependency(id, depends_on, &ctx)
+            .await
+            .map_err(ToStatus::to_status)?;
         Ok(Response::new(answers::answer(task, convert::task)?))
     }
 
@@ -640,15 +725,15 @@ impl Todos for TodoService {
         let task = if req.task_id.is_empty() {
             None
         } else {
-            Some(convert::task_id("task_id", &req.task_id)?)
+            Some(convert::task_id("task_id", &req.task_id).map_err(ToStatus::to_status)?)
         };
         let plan = if task.is_some() && req.plan.is_empty() {
             String::new()
         } else {
-            convert::plan_name("plan", &req.plan)?
+            convert::plan_name("plan", &req.plan).map_err(ToStatus::to_status)?
         };
         if req.after_seq < 0 {
-            return Err(Rule::invalid("after_seq", "must not be negative").into());
+            return Err(Rule::invalid("after_seq", "must not be negative").to_status());
         }
         let filter = EventFilter {
             plan,
@@ -656,7 +741,11 @@ impl Todos for TodoService {
             after_seq: req.after_seq,
             limit: page_size("limit", req.limit)?,
         };
-        let events = self.store.list_events(&filter).await?;
+        let events = self
+            .store
+            .list_events(&filter)
+            .await
+            .map_err(ToStatus::to_status)?;
         let last_seq = events.last().map_or(req.after_seq, |e| e.seq);
         Ok(Response::new(proto::ListEventsResponse {
             events: events.into_iter().map(convert::event).collect(),
@@ -674,19 +763,22 @@ impl Todos for TodoService {
         let plan = if req.plan.is_empty() {
             String::new()
         } else {
-            let name = convert::plan_name("plan", &req.plan)?;
-            self.store.get_plan(&name).await?;
+            let name = convert::plan_name("plan", &req.plan).map_err(ToStatus::to_status)?;
+            self.store
+                .get_plan(&name)
+                .await
+                .map_err(ToStatus::to_status)?;
             name
         };
         if req.after_seq < 0 {
-            return Err(Rule::invalid("after_seq", "must not be negative").into());
+            return Err(Rule::invalid("after_seq", "must not be negative").to_status());
         }
         if req.from_now && req.after_seq > 0 {
             return Err(Rule::invalid(
                 "from_now",
                 "follows from the present; give it or after_seq, not both",
             )
-            .into());
+            .to_status());
         }
         let (tx, rx) = mpsc::channel(WATCH_BATCH);
         let store = self.store.clone();
@@ -720,7 +812,7 @@ impl Todos for TodoService {
                 let events = match events {
                     Ok(events) => events,
                     Err(error) => {
-                        let _ = tx.send(Err(error.into())).await;
+                        let _ = tx.send(Err(error.to_status())).await;
                         return;
                     }
                 };

@@ -1,5 +1,5 @@
 //! `ApplyPipeline`: a pipeline file in, the plan's phase tasks out. The file
-//! is read and its steps derived by [`crate::plan_file`]; each step's spec is
+//! is read and its steps derived by [`todod_engine::plan_file`]; each step's spec is
 //! then checked by its kind (the phase table) as `CreateTask` checks one, with the
 //! files earlier steps will write accepted as inputs, and every refusal is
 //! named by its path in the file. The store applies the lot in one
@@ -8,13 +8,13 @@ use std::path::PathBuf;
 
 use tonic::{Request, Response, Status};
 
-use super::{context, convert, TodoService};
-use crate::domain::model::validate_free_text;
-use crate::domain::{Error as Rule, Priority};
-use crate::phase::{kinds, places};
-use crate::plan_file::{self, Step};
+use super::{context, convert, ToStatus, TodoService};
 use crate::proto;
-use crate::store::{NewTask, PlannedStep};
+use todod_domain::model::validate_free_text;
+use todod_domain::{Error as Rule, Priority};
+use todod_engine::phase::{kinds, places};
+use todod_engine::plan_file::{self, Step};
+use todod_store::{NewTask, PlannedStep};
 
 /// Largest pipeline file the daemon reads.
 const MAX_FILE_BYTES: usize = 1024 * 1024;
@@ -40,28 +40,30 @@ impl TodoService {
         let req = request.into_inner();
         if req.spec_toml.len() > MAX_FILE_BYTES {
             return Err(
-                Rule::invalid("spec_toml", "is over 1 MiB; a pipeline file is small").into(),
+                Rule::invalid("spec_toml", "is over 1 MiB; a pipeline file is small").to_status(),
             );
         }
         let base = match req.base_dir.as_str() {
             "" => None,
             dir if std::path::Path::new(dir).is_absolute() => Some(PathBuf::from(dir)),
-            _ => return Err(Rule::invalid("base_dir", "must be an absolute path").into()),
+            _ => return Err(Rule::invalid("base_dir", "must be an absolute path").to_status()),
         };
         let mut file = plan_file::parse(&req.spec_toml, base.as_deref())
-            .map_err(|e| Rule::invalid(e.path, e.reason))?;
+            .map_err(|e| Rule::invalid(e.path, e.reason))
+            .map_err(ToStatus::to_status)?;
         let plan = match (req.plan.as_str(), &file.plan) {
-            ("", Some(name)) => convert::plan_name("plan", name)?,
+            ("", Some(name)) => convert::plan_name("plan", name).map_err(ToStatus::to_status)?,
             ("", None) => {
                 return Err(Rule::invalid(
                     "plan",
                     "name the plan: `plan` in the file, or the request's plan (todoctl: -p)",
                 )
-                .into())
+                .to_status())
             }
-            (name, _) => convert::plan_name("plan", name)?,
+            (name, _) => convert::plan_name("plan", name).map_err(ToStatus::to_status)?,
         };
-        let title = validate_free_text("title", file.title.as_deref().unwrap_or(""))?;
+        let title = validate_free_text("title", file.title.as_deref().unwrap_or(""))
+            .map_err(ToStatus::to_status)?;
 
         // Paths made canonical: one step's output path is then the next
         // one's input path exactly, and the phase checks see plain paths.
@@ -80,13 +82,18 @@ impl TodoService {
             Ok::<_, Rule>((out, prompts, dir, made))
         })
         .await
-        .map_err(|_| Status::internal("internal error; see the daemon's log"))??;
+        .map_err(|_| Status::internal("internal error; see the daemon's log"))?
+        .map_err(ToStatus::to_status)?;
         file.output_dir = out;
         file.prompts = prompts;
         file.model.dir = dir;
         let steps = plan_file::derive(&file);
 
-        let existing = self.store.pipeline_tasks(&plan).await?;
+        let existing = self
+            .store
+            .pipeline_tasks(&plan)
+            .await
+            .map_err(ToStatus::to_status)?;
         let bounds = self.bounds.clone();
         let planned = tokio::task::spawn_blocking(move || -> Result<Vec<PlannedStep>, Rule> {
             let mut promised: Vec<PathBuf> = Vec::new();
@@ -100,7 +107,7 @@ impl TodoService {
                 let json = serde_json::Value::Object(step.spec.clone()).to_string();
                 let kind = step.kind;
                 let bounds = bounds.with_promised(promised.iter().cloned());
-                let checked = crate::domain::spec::validate("spec_json", kind, &json)
+                let checked = todod_domain::spec::validate("spec_json", kind, &json)
                     .and_then(|_| kinds::check(kind, &json, &bounds, &own))
                     .map_err(|e| in_file(step, e))?;
                 promised.extend(checked.claims.iter().map(|c| PathBuf::from(&c.path)));
@@ -127,12 +134,14 @@ impl TodoService {
         .map_err(|e| {
             tracing::error!(error = %e, "pipeline check panicked");
             Status::internal("internal error; see the daemon's log")
-        })??;
+        })?
+        .map_err(ToStatus::to_status)?;
 
         let applied = self
             .store
             .apply_pipeline(&plan, &title, &planned, req.dry_run, &ctx)
-            .await?;
+            .await
+            .map_err(ToStatus::to_status)?;
         // Only a real apply keeps the directories it made; a dry run or a
         // refused file leaves the disk as it found it.
         if !req.dry_run {

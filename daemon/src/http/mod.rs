@@ -18,9 +18,9 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 
 use crate::api::auth::BearerAuth;
-use crate::store::Store;
-use crate::telemetry::render::Scrape;
-use crate::telemetry::{process, Telemetry};
+use todod_store::Store;
+use todod_telemetry::render::Scrape;
+use todod_telemetry::{process, Telemetry};
 
 /// What the routes of one listener share.
 #[derive(Clone)]

@@ -10,7 +10,7 @@ use maud::{html, Markup};
 use todod_proto::units::duration;
 
 use super::series::bucketed_rates;
-use crate::store::ProgressPoint;
+use todod_store::ProgressPoint;
 
 /// The projection a run is held to, in records per second.
 #[derive(Debug, Clone, Copy, PartialEq)]

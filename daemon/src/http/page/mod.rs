@@ -31,8 +31,8 @@ use tokio_stream::wrappers::ReceiverStream;
 
 use crate::api::auth::BearerAuth;
 use crate::api::logins::{self, percent_encode, Logins, COOKIE, SESSION_TTL};
-use crate::domain::TaskId;
-use crate::store::Store;
+use todod_domain::TaskId;
+use todod_store::Store;
 
 /// What every listener's page shares: the logins (which the API mints) and
 /// the progress series.
@@ -134,7 +134,7 @@ fn refused() -> Response {
     response
 }
 
-fn unavailable(error: &crate::store::Error) -> Response {
+fn unavailable(error: &todod_store::Error) -> Response {
     tracing::warn!(%error, "the status page could not read the store");
     guarded(
         StatusCode::SERVICE_UNAVAILABLE,
@@ -152,7 +152,7 @@ fn not_found(what: &str) -> Response {
 }
 
 /// The live part of a page: the overview, or one plan.
-async fn fragment(page: &Page, plan: Option<&str>) -> Result<String, crate::store::Error> {
+async fn fragment(page: &Page, plan: Option<&str>) -> Result<String, todod_store::Error> {
     Ok(match plan {
         None => render::overview(&view::overview(&page.store).await?).into_string(),
         Some(name) => render::plan(&view::plan_page(&page.store, &page.shared.series, name).await?)
@@ -160,10 +160,10 @@ async fn fragment(page: &Page, plan: Option<&str>) -> Result<String, crate::stor
     })
 }
 
-fn is_not_found(error: &crate::store::Error) -> bool {
+fn is_not_found(error: &todod_store::Error) -> bool {
     matches!(
         error,
-        crate::store::Error::Rule(crate::domain::Error::NotFound { .. })
+        todod_store::Error::Rule(todod_domain::Error::NotFound { .. })
     )
 }
 
@@ -316,7 +316,7 @@ async fn report(State(page): State<Page>, Path(id): Path<String>, headers: Heade
         Err(e) if is_not_found(&e) => return not_found("no such task"),
         Err(e) => return unavailable(&e),
     };
-    let Some(kind) = crate::phase::kinds::get(task.kind) else {
+    let Some(kind) = todod_engine::phase::kinds::get(task.kind) else {
         return not_found("this task writes no report");
     };
     match kind.report(&page.store, id).await {

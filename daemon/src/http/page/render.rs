@@ -11,10 +11,10 @@ use todod_proto::units::{count, duration};
 use super::chart::{self, Band};
 use super::series::rate_over;
 use super::view::{Overview, PhaseDetail, PlanPage};
-use crate::domain::time::rfc3339;
-use crate::domain::{Status, TaskId};
 use crate::proto::results::{Estimate, HeldOutcome};
-use crate::store::TaskView;
+use todod_domain::time::rfc3339;
+use todod_domain::{Status, TaskId};
+use todod_store::TaskView;
 
 /// A whole page around its live part.
 pub fn page(title: &str, events_url: &str, live: Markup) -> String {
@@ -201,7 +201,7 @@ fn phase_section(d: &PhaseDetail, now_ms: i64) -> Markup {
     }
 }
 
-fn event_text(e: &crate::store::NotableEvent) -> String {
+fn event_text(e: &todod_store::NotableEvent) -> String {
     let value: Value = serde_json::from_str(&e.value).unwrap_or(Value::Null);
     match value["message"].as_str() {
         Some(message) => message.to_string(),

@@ -5,8 +5,8 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use crate::domain::TaskId;
-use crate::store::{ProgressPoint, Store};
+use todod_domain::TaskId;
+use todod_store::{ProgressPoint, Store};
 
 /// Points kept per task: halved (every other one dropped) when passed.
 const MAX_POINTS: usize = 4096;
@@ -55,7 +55,7 @@ impl SeriesCache {
         &self,
         store: &Store,
         task: TaskId,
-    ) -> Result<Vec<ProgressPoint>, crate::store::Error> {
+    ) -> Result<Vec<ProgressPoint>, todod_store::Error> {
         let series = {
             let mut tasks = self.tasks.lock().unwrap_or_else(|p| p.into_inner());
             tasks.entry(task).or_default().clone()

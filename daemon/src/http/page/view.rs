@@ -4,11 +4,11 @@
 use serde_json::Value;
 
 use super::series::SeriesCache;
-use crate::domain::{Kind, Status, TaskId};
-use crate::phase::kind::View;
-use crate::phase::kinds;
 use crate::proto::results::{self, Estimate, FeasibilityResult};
-use crate::store::{
+use todod_domain::{Kind, Status, TaskId};
+use todod_engine::phase::kind::View;
+use todod_engine::phase::kinds;
+use todod_store::{
     Detail, Error, NotableEvent, PlanView, ProgressPoint, Store, TaskFilter, TaskView,
 };
 
@@ -94,7 +94,7 @@ pub async fn overview(store: &Store) -> Result<Overview, Error> {
     }
     Ok(Overview {
         plans,
-        now_ms: crate::store::now_ms(),
+        now_ms: todod_store::now_ms(),
     })
 }
 
@@ -153,6 +153,6 @@ pub async fn plan_page(store: &Store, series: &SeriesCache, name: &str) -> Resul
         more_todos: (summary.total() - listed).max(0),
         todos,
         phases,
-        now_ms: crate::store::now_ms(),
+        now_ms: todod_store::now_ms(),
     })
 }

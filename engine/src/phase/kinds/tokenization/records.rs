@@ -1,0 +1,479 @@
+//! What one input line becomes: the text or conversation it holds, then its
+//! tokens and loss mask. A conversation is rendered with the target model's
+//! chat template, and the tokens trained on are found from the rendered
+//! text's spans: a trained assistant turn is what rendering the conversation
+//! up to and including it adds to rendering it up to the turn's generation
+//! prompt (so the span holds the answer and its end-of-turn tokens, not the
+//! `<|im_start|>assistant` header), and a token is trained on when it starts
+//! inside such a span. Where a template renders a turn differently once it
+//! is no longer the last (Qwen3's empty think block), the turn is found in
+//! the whole rendering against a sentinel instead (`span_in_place`). Tool
+//! calls are part of their assistant turn's span; tool results, system and
+//! user turns never are.
+use serde_json::{json, Map, Value};
+
+use super::spec::{Mode, Reasoning, TokenizationSpec, TrainOn};
+use todod_format::messages::{self, Request};
+use crate::phase::model::Templates;
+use todod_format::tokenizer::Tokenizer;
+
+/// A usable input line.
+#[derive(Debug, Clone)]
+pub struct Record {
+    pub id: String,
+    pub body: Body,
+    /// The generation stopped at its token limit.
+    pub length_finish: bool,
+}
+
+#[derive(Debug, Clone)]
+pub enum Body {
+    Text(String),
+    /// Messages in the chat API's shape, the answer to train on included,
+    /// and the tools (and documents) the conversation had.
+    Conversation(Vec<Value>, Box<Request>),
+}
+
+/// A tokenized record, or why it was set aside.
+#[derive(Debug, Clone)]
+pub enum Outcome {
+    Tokens {
+        id: String,
+        ids: Vec<u32>,
+        /// 1 where the loss is taken.
+        mask: Vec<u8>,
+        /// Tokens that cross the edge of a trained span.
+        straddling: u32,
+    },
+    /// Valid, but left out by the spec's rules; the reason is a stable word.
+    Dropped { id: String, reason: &'static str },
+    /// Could not be tokenized (the template refused it, ...).
+    Refused { id: String, reason: String },
+}
+
+fn text_of(value: Option<&Value>) -> Option<&str> {
+    value.and_then(Value::as_str)
+}
+
+/// Parses one line into a record for `mode`; `Err` is why it is rejected.
+pub fn parse(bytes: &[u8], number: u64, spec: &TokenizationSpec) -> Result<Record, String> {
+    let object = crate::phase::lines::json_object(bytes)?;
+    let id = crate::phase::lines::record_id(&object, "id", number)?;
+    let length_finish = text_of(object.get("finish_reason")) == Some("length");
+    let messages = |key: &str| -> Result<Vec<Value>, String> {
+        let value = object.get(key).unwrap_or(&Value::Null);
+        messages::check_messages(value, key, spec.tool_arguments)?;
+        Ok(value.as_array().cloned().unwrap_or_default())
+    };
+    let request = Request::read(&object, "")?;
+    let body = if let Some(content) = object.get("content") {
+        // A generation's record: its prompt, and the answer it got (text,
+        // tool calls, or both).
+        let content = content
+            .as_str()
+            .ok_or("content: expected a string")?
+            .to_string();
+        let calls = match object.get("tool_calls") {
+            None | Some(Value::Null) => None,
+            Some(calls) => {
+                let answer = json!([{"role": "assistant", "tool_calls": calls}]);
+                messages::check_messages(&answer, "answer", spec.tool_arguments)
+                    .map_err(|e| e.replacen("answer[0].", "", 1))?;
+                Some(calls.clone())
+            }
+        };
+        match spec.mode {
+            Mode::Completion if calls.is_some() => {
+                return Err(
+                    "tool_calls: a tool-call answer has no text to train on in mode completion; tokenize it in mode conversation"
+                        .into(),
+                )
+            }
+            Mode::Completion => Body::Text(content),
+            Mode::Conversation => {
+                let mut turns = if object.contains_key("messages") {
+                    messages("messages")?
+                } else if let Some(prompt) = text_of(object.get("prompt")) {
+                    vec![json!({"role": "user", "content": prompt})]
+                } else {
+                    return Err(
+                        "a record with content needs its messages or prompt (generate \
+                                with keep_prompt, the default)"
+                            .into(),
+                    );
+                };
+                let mut answer = Map::new();
+                answer.insert("role".into(), json!("assistant"));
+                answer.insert("content".into(), json!(content));
+                if spec.reasoning == Reasoning::Keep {
+                    if let Some(r) = text_of(object.get("reasoning")).filter(|r| !r.is_empty()) {
+                        answer.insert("reasoning_content".into(), json!(r));
+                    }
+                }
+                if let Some(calls) = calls {
+                    answer.insert("tool_calls".into(), calls);
+                }
+                turns.push(Value::Object(answer));
+                Body::Conversation(turns, Box::new(request))
+            }
+        }
+    } else if object.contains_key("messages") {
+        let mut turns = messages("messages")?;
+        if spec.reasoning == Reasoning::Drop {
+            for turn in &mut turns {
+                if let Some(turn) = turn.as_object_mut() {
+                    turn.remove("reasoning_content");
+                    turn.remove("reasoning");
+                }
+            }
+        }
+        match spec.mode {
+            Mode::Conversation => Body::Conversation(turns, Box::new(request)),
+            Mode::Completion => {
+                let last = turns
+                    .iter()
+                    .rev()
+                    .find(|m| m["role"] == "assistant")
+                    .ok_or("messages: no assistant message to take the completion from")?;
+                if messages::has_tool_calls(last) {
+                    return Err("messages: the last assistant turn is a tool call, with no text to train on in mode completion; use mode conversation"
+                        .into());
+                }
+                Body::Text(messages::text(last.get("content")))
+            }
+        }
+    } else if let (Some(prompt), Some(completion)) = (
+        text_of(object.get("prompt")),
+        text_of(object.get("completion")),
+    ) {
+        match spec.mode {
+            Mode::Completion => Body::Text(completion.to_string()),
+            Mode::Conversation => Body::Conversation(
+                vec![
+                    json!({"role": "user", "content": prompt}),
+                    json!({"role": "assistant", "content": completion}),
+                ],
+                Box::new(request),
+            ),
+        }
+    } else if let Some(text) = text_of(object.get("text")) {
+        match spec.mode {
+            Mode::Completion => Body::Text(text.to_string()),
+            Mode::Conversation => {
+                return Err("a text record has no turns to render; use mode completion".into())
+            }
+        }
+    } else {
+        return Err(
+            "no content (with messages or prompt), messages, prompt and completion, or text".into(),
+        );
+    };
+    Ok(Record {
+        id,
+        body,
+        length_finish,
+    })
+}
+
+/// What tokenizing needs, shared by the worker threads.
+pub struct Tokenizing {
+    pub tokenizer: std::sync::Arc<dyn Tokenizer>,
+    pub template: Option<Templates>,
+    pub variables: Map<String, Value>,
+    pub now: todod_format::chat_template::Clock,
+    pub eos: Option<u32>,
+    pub spec: TokenizationSpec,
+}
+
+impl Tokenizing {
+    fn render(
+        &self,
+        messages: &[Value],
+        request: &Request,
+        add_generation_prompt: bool,
+    ) -> Result<String, String> {
+        let templates = self
+            .template
+            .as_ref()
+            .expect("conversation mode has a template");
+        let conversation = crate::phase::model::Conversation {
+            messages,
+            request,
+            add_generation_prompt,
+        };
+        templates
+            .render(
+                conversation,
+                self.spec.tool_arguments,
+                &self.variables,
+                self.now,
+            )
+            .map_err(|e| format!("the chat template refused it: {e}"))
+    }
+
+    /// The byte spans of `full` that are the trained assistant turns.
+    fn spans(
+        &self,
+        turns: &[Value],
+        request: &Request,
+        full: &str,
+    ) -> Result<Vec<(usize, usize)>, String> {
+        let assistant: Vec<usize> = turns
+            .iter()
+            .enumerate()
+            .filter(|(_, m)| m["role"] == "assistant")
+            .map(|(i, _)| i)
+            .collect();
+        let trained: Vec<usize> = match (self.spec.train_on, assistant.last()) {
+            (_, None) => return Err("no assistant turn to train on".into()),
+            (TrainOn::Last, Some(&last)) => vec![last],
+            (TrainOn::All, Some(_)) => assistant,
+        };
+        let mut spans = Vec::with_capacity(trained.len());
+        for i in trained {
+            let prefix = self.render(&turns[..i], request, true)?;
+            let upto = if i + 1 == turns.len() {
+                full.to_string()
+            } else {
+                self.render(&turns[..=i], request, false)?
+            };
+            if !upto.starts_with(&prefix) || !full.starts_with(&upto) {
+                // Templates that render the last turn apart (Qwen3 gives
+                // the last assistant turn an empty think block) are told
+                // apart in the whole rendering instead.
+                if let Some(span) = self.span_in_place(turns, request, full, i) {
+                    spans.push(span);
+                    continue;
+                }
+                return Err(format!(
+                    "the chat template renders the conversation before turn {i} differently \
+                     once that turn is added, so the turn's tokens cannot be told apart{}",
+                    if self.spec.train_on == TrainOn::All {
+                        "; try train_on: last"
+                    } else {
+                        ""
+                    }
+                ));
+            }
+            spans.push((prefix.len(), upto.len()));
+        }
+        Ok(spans)
+    }
+
+    /// The span of assistant turn `i` found in the whole rendering: the
+    /// turn is replaced by a bare sentinel turn and rendered again; when
+    /// the only difference between the two renderings is the turn's body
+    /// against the sentinel, that body is the turn's text, and it is
+    /// followed by the template's end of turn (what it writes after a last
+    /// assistant turn's text), which is trained on too.
+    fn span_in_place(
+        &self,
+        turns: &[Value],
+        request: &Request,
+        full: &str,
+        i: usize,
+    ) -> Option<(usize, usize)> {
+        const SENTINEL: &str = "\u{1}todod-turn\u{1}";
+        let bare = json!({"role": "assistant", "content": SENTINEL});
+        let mut replaced = turns.to_vec();
+        replaced[i] = bare.clone();
+        let other = self.render(&replaced, request, false).ok()?;
+        let start = common_prefix(full.as_bytes(), other.as_bytes());
+        let suffix = common_prefix(
+            full.as_bytes()[start..].iter().rev(),
+            other.as_bytes()[start..].iter().rev(),
+        );
+        let (end, other_end) = (full.len() - suffix, other.len() - suffix);
+        if start > end || other.get(start..other_end) != Some(SENTINEL) {
+            return None;
+        }
+        let mut last = turns[..i].to_vec();
+        last.push(bare);
+        let alone = self.render(&last, request, false).ok()?;
+        let end_of_turn = &alone[alone.rfind(SENTINEL)? + SENTINEL.len()..];
+        if !full.is_char_boundary(start) || !full[end..].starts_with(end_of_turn) {
+            return None;
+        }
+        Some((start, end + end_of_turn.len()))
+    }
+
+    /// Tokenizes one record.
+    pub fn tokenize(&self, record: Record) -> Outcome {
+        let id = record.id;
+        if record.length_finish && self.spec.drop_length_finishes {
+            return Outcome::Dropped {
+                id,
+                reason: "length_finish",
+            };
+        }
+        let empty = match &record.body {
+            Body::Text(t) => t.trim().is_empty(),
+            // A tool-call answer with no text is an answer.
+            Body::Conversation(turns, _) => turns.last().is_some_and(|m| {
+                m["role"] == "assistant"
+                    && messages::text(m.get("content")).trim().is_empty()
+                    && !messages::has_tool_calls(m)
+            }),
+        };
+        if empty && self.spec.drop_empty {
+            return Outcome::Dropped {
+                id,
+                reason: "empty",
+            };
+        }
+        let (mut ids, mut mask, straddling) = match &record.body {
+            Body::Text(text) => match self.tokenizer.encode(text, false) {
+                Ok(enc) => {
+                    let n = enc.ids.len();
+                    (enc.ids, vec![1u8; n], 0)
+                }
+                Err(e) => {
+                    return Outcome::Refused {
+                        id,
+                        reason: e.to_string(),
+                    }
+                }
+            },
+            Body::Conversation(turns, request) => {
+                let full = match self.render(turns, request, false) {
+                    Ok(full) => full,
+                    Err(reason) => return Outcome::Refused { id, reason },
+                };
+                let spans = match self.spans(turns, request, &full) {
+                    Ok(spans) => spans,
+                    Err(reason) => return Outcome::Refused { id, reason },
+                };
+                let enc = match self.tokenizer.encode(&full, true) {
+                    Ok(enc) => enc,
+                    Err(e) => {
+                        return Outcome::Refused {
+                            id,
+                            reason: e.to_string(),
+                        }
+                    }
+                };
+                let (mask, straddling) = mask_of(&enc.offsets, &spans);
+                (enc.ids, mask, straddling)
+            }
+        };
+        if self.spec.add_eos {
+            if let Some(eos) = self.eos {
+                ids.push(eos);
+                mask.push(1);
+            }
+        }
+        if let Some(max) = self.spec.max_length {
+            if ids.len() > max && self.spec.drop_over_length {
+                return Outcome::Dropped {
+                    id,
+                    reason: "over_length",
+                };
+            }
+        }
+        Outcome::Tokens {
+            id,
+            ids,
+            mask,
+            straddling,
+        }
+    }
+}
+
+/// How many leading items two sequences share.
+fn common_prefix<T: PartialEq>(
+    a: impl IntoIterator<Item = T>,
+    b: impl IntoIterator<Item = T>,
+) -> usize {
+    a.into_iter().zip(b).take_while(|(x, y)| x == y).count()
+}
+
+/// The loss mask of tokens at byte `offsets` against trained `spans`, and how
+/// many tokens cross a span's edge.
+pub fn mask_of(offsets: &[(usize, usize)], spans: &[(usize, usize)]) -> (Vec<u8>, u32) {
+    let mut straddling = 0;
+    let mask = offsets
+        .iter()
+        .map(|&(start, end)| {
+            let mut inside = false;
+            for &(s, e) in spans {
+                if start >= s && start < e {
+                    inside = true;
+                }
+                if (start < s && end > s) || (start < e && end > e) {
+                    straddling += 1;
+                }
+            }
+            u8::from(inside)
+        })
+        .collect();
+    (mask, straddling)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(mode: &str) -> TokenizationSpec {
+        TokenizationSpec::parse(
+            &json!({"input": "/in.jsonl", "tokenizer": "/m", "output_prefix": "/out/t", "mode": mode})
+                .to_string(),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn agentic_records_read_into_turns_with_their_calls_and_tools() {
+        let conversation = spec("conversation");
+        let record = json!({"id": "r", "messages": [{"role": "user", "content": "q"}],
+            "tools": [{"type": "function", "function": {"name": "f"}}],
+            "content": "", "tool_calls": [{"id": "c", "type": "function",
+                "function": {"name": "f", "arguments": "{}"}}], "finish_reason": "tool_calls"});
+        let read = parse(record.to_string().as_bytes(), 1, &conversation).unwrap();
+        let Body::Conversation(turns, request) = read.body else {
+            panic!("a conversation")
+        };
+        assert_eq!(turns[1]["tool_calls"], record["tool_calls"]);
+        assert_eq!(request.tools, Some(record["tools"].clone()));
+        // Mode completion has no text to train a tool call on.
+        let refused = parse(record.to_string().as_bytes(), 1, &spec("completion")).unwrap_err();
+        assert!(refused.contains("tool_calls"), "{refused}");
+        for (line, words) in [
+            (
+                json!({"messages": [{"role": "user", "content": "q"}, {"role": "assistant",
+                    "tool_calls": [{"id": "c", "function": {"name": "f", "arguments": "{oops"}}]}]}),
+                "messages[1].tool_calls[0].function.arguments: not JSON",
+            ),
+            (
+                json!({"messages": [{"role": "user", "content": "q"}, {"role": "tool", "content": "r"}]}),
+                "messages[1].tool_call_id: missing",
+            ),
+            (
+                json!({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]}),
+                "an image_url part",
+            ),
+            (
+                json!({"messages": [{"role": "user", "content": "q"}], "tools": "f"}),
+                "tools: expected a list",
+            ),
+            (
+                json!({"messages": [{"role": "user", "content": "q"}], "content": "",
+                       "tool_calls": [{"id": "c", "function": {"arguments": "{}"}}]}),
+                "tool_calls[0].function.name",
+            ),
+        ] {
+            let err = parse(line.to_string().as_bytes(), 1, &conversation).unwrap_err();
+            assert!(err.contains(words), "{line}: {err}");
+        }
+    }
+
+    #[test]
+    fn tokens_are_trained_on_when_they_start_in_a_span() {
+        let offsets = [(0, 5), (5, 9), (9, 12), (12, 20), (20, 21)];
+        let (mask, straddling) = mask_of(&offsets, &[(9, 20)]);
+        assert_eq!(mask, vec![0, 0, 1, 1, 0]);
+        assert_eq!(straddling, 0);
+        let (mask, straddling) = mask_of(&offsets, &[(10, 20)]);
+        assert_eq!(mask, vec![0, 0, 0, 1, 0]);
+        assert_eq!(straddling, 1);
+    }
+}

@@ -1,0 +1,7 @@
+//! A model's own formats, which know no store and no phase: [`messages`]
+//! (the one message model every prompt set is read into), [`chat_template`]
+//! (rendered byte for byte as Hugging Face transformers renders it) and
+//! [`tokenizer`] (a model directory's tokenizer, tokenizer.json or tiktoken).
+pub mod chat_template;
+pub mod messages;
+pub mod tokenizer;

@@ -1,0 +1,55 @@
+//! The daemon's own entries in a task's history: the events it records as
+//! itself (a run resumed, a shard done, a schedule fired), in the caller's
+//! transaction.
+use super::sql::Db;
+use super::{now_ms, Error};
+use todod_domain::{self as domain, TaskId};
+
+/// The daemon's own name in the history.
+pub const DAEMON_ACTOR: &str = "todod";
+
+pub(super) fn record(
+    db: &mut Db,
+    id: TaskId,
+    kind: &str,
+    value: Option<&str>,
+    reason: &str,
+) -> Result<i64, Error> {
+    let now = now_ms();
+    db.query_row(
+        "INSERT INTO events (plan_id, task_id, type, new_value, actor, reason, at, plan_revision) \
+         SELECT t.plan_id, t.id, ?, ?, ?, ?, ?, p.revision FROM tasks t \
+         JOIN plans p ON p.id = t.plan_id WHERE t.id = ? RETURNING seq",
+        &[
+            kind.into(),
+            value.into(),
+            DAEMON_ACTOR.into(),
+            reason.into(),
+            now.into(),
+            id.0.into(),
+        ],
+        |row| row.int(0),
+    )?
+    .ok_or_else(|| domain::Error::task_not_found(id).into())
+}
+
+impl super::Store {
+    /// Records that daemon run `run_id` leaves `task` to the others: it
+    /// cannot reach the directories the task writes into (`why`).
+    pub async fn note_unreachable(
+        &self,
+        task: TaskId,
+        run_id: &str,
+        why: &str,
+    ) -> Result<(), Error> {
+        let (run_id, why) = (
+            run_id.to_string(),
+            format!("{run_id} does not claim it: {why}"),
+        );
+        self.write(move |db| {
+            let seq = record(db, task, "unreachable", Some(&run_id), &why)?;
+            Ok(((), Some(seq)))
+        })
+        .await
+    }
+}

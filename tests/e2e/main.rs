@@ -1,0 +1,45 @@
+//! The end-to-end suite as one test binary: one link of the daemon, not one
+//! per file. Each module is the file it was, named as before, so
+//! `cargo test --test e2e -- crash::` runs what `--test crash` ran.
+mod adaptation;
+mod agentic;
+mod backup;
+mod bad_inputs;
+mod boundaries;
+mod cli_agent;
+mod cli_errors;
+mod cli_live;
+mod cli_safety;
+mod cli_tasks;
+mod cli_verbs;
+mod cli_watch;
+mod cluster;
+mod concurrency;
+mod crash;
+mod daemon;
+mod dependencies;
+mod example_sharded;
+mod feasibility;
+mod feasibility_intervals;
+mod filter;
+mod generation;
+mod grpc_api;
+mod idempotency;
+mod inference;
+mod kinds;
+mod legacy;
+mod liveness;
+mod mcp;
+mod metrics;
+mod phase_runtime;
+mod plan_apply;
+mod postgres;
+mod real_server;
+mod real_server_sweep;
+mod record_pipeline;
+mod schedule;
+mod self_contained;
+mod several_daemons;
+mod sharded;
+mod status_page;
+mod tokenization;
