@@ -24,6 +24,7 @@ mod mcp;
 mod phase_view;
 mod render;
 mod safe;
+mod screens;
 mod style;
 mod todo_input;
 

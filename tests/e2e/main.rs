@@ -31,6 +31,7 @@ mod legacy;
 mod liveness;
 mod mcp;
 mod metrics;
+mod module_cycles;
 mod phase_runtime;
 mod plan_apply;
 mod postgres;

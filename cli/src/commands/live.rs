@@ -115,7 +115,7 @@ pub async fn live(ctx: &Ctx, plan: String, limit: i32, watched: &[String]) -> Re
             drawn_revision = revision;
             if terminal || ended.is_some() || first {
                 let (screen, _) =
-                    super::plans::plan_screen(&mut client, plan.clone(), limit).await?;
+                    crate::screens::plan_screen(&mut client, plan.clone(), limit).await?;
                 let mut screen = screen.trim_end().to_string() + "\n";
                 if terminal {
                     screen = fit(&screen, size());

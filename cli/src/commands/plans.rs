@@ -1,7 +1,7 @@
 //! `status`, `plan create`, `plan list`, `plan show`.
 use anyhow::Result;
 use serde_json::json;
-use todod_proto::{ApplyPipelineRequest, CreatePlanRequest, GetPlanRequest, ListPlansRequest};
+use todod_proto::{ApplyPipelineRequest, CreatePlanRequest, ListPlansRequest};
 
 use super::{emit, emit_json, Ctx};
 use crate::{json, render};
@@ -14,7 +14,7 @@ pub async fn status(ctx: &Ctx, plan: Option<String>, limit: i32) -> Result<()> {
     let limit = limit.max(1);
     let mut client = ctx.client().await?;
     if let Some(name) = plan {
-        let (text, value) = plan_screen(&mut client, name, limit).await?;
+        let (text, value) = crate::screens::plan_screen(&mut client, name, limit).await?;
         return if ctx.json {
             emit_json(&value)
         } else {
@@ -231,70 +231,6 @@ pub async fn apply(
         }));
     }
     emit(&render::applied_pipeline(&applied, dry_run))
-}
-
-/// One plan's screen: the summary, what failed and why, and its phase
-/// tasks; as text and as JSON. `status --watch` redraws it.
-pub async fn plan_screen(
-    client: &mut crate::client::Client,
-    name: String,
-    limit: i32,
-) -> Result<(String, serde_json::Value)> {
-    let summary = client
-        .get_plan(GetPlanRequest {
-            name,
-            highlight_limit: limit,
-        })
-        .await?
-        .into_inner();
-    let plan_name = summary
-        .plan
-        .as_ref()
-        .map(|p| p.name.clone())
-        .unwrap_or_default();
-    // A plan with phase tasks is a pipeline: each phase, with its figures
-    // and the projection held against the live run.
-    let kinds = crate::client::phase_kinds(client).await?;
-    let phases = client
-        .list_tasks(todod_proto::ListTasksRequest {
-            plan: plan_name.clone(),
-            kinds,
-            page_size: 100,
-            ..Default::default()
-        })
-        .await?
-        .into_inner()
-        .tasks;
-    // What failed, and why: the summary only counts it.
-    let failed_count = summary
-        .counts
-        .iter()
-        .find(|c| c.status == "failed")
-        .map_or(0, |c| c.count);
-    let failed = if failed_count > 0 {
-        client
-            .list_tasks(todod_proto::ListTasksRequest {
-                plan: plan_name,
-                statuses: vec!["failed".into()],
-                page_size: limit,
-                ..Default::default()
-            })
-            .await?
-            .into_inner()
-            .tasks
-    } else {
-        Vec::new()
-    };
-    let mut value = json::summary(&summary);
-    value["phases"] = serde_json::Value::Array(phases.iter().map(json::task).collect());
-    value["failed"] = serde_json::Value::Array(failed.iter().map(json::task).collect());
-    let mut text = render::plan_summary(&summary);
-    text.push_str(&render::failed_section(&failed, failed_count));
-    if !phases.is_empty() {
-        text.push('\n');
-        text.push_str(&crate::phase_view::pipeline(&phases));
-    }
-    Ok((text, value))
 }
 
 /// `backup FILE`: the daemon writes a consistent copy of its graph there.

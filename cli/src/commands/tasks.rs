@@ -2,8 +2,8 @@
 use anyhow::Result;
 use serde_json::{json, Value};
 use todod_proto::{
-    CreateTaskRequest, DependencyRequest, Event, GetTaskRequest, ListEventsRequest,
-    ListTasksRequest, Task, TransitionTaskRequest,
+    CreateTaskRequest, DependencyRequest, GetTaskRequest, ListTasksRequest, Task,
+    TransitionTaskRequest,
 };
 
 use super::{emit, emit_json, Ctx};
@@ -65,35 +65,13 @@ pub async fn list(ctx: &Ctx, args: ListArgs) -> Result<()> {
     }
 }
 
-/// A task's whole history, following `last_seq`.
-/// Every event of a task, page by page.
-pub async fn fetch_events(client: &mut Client, task_id: &str) -> Result<Vec<Event>> {
-    let mut events = Vec::new();
-    let mut after_seq = 0;
-    loop {
-        let req = ListEventsRequest {
-            task_id: task_id.to_string(),
-            after_seq,
-            limit: PAGE_SIZE,
-            ..Default::default()
-        };
-        let page = client.list_events(req).await?.into_inner();
-        let n = page.events.len();
-        events.extend(page.events);
-        if n < PAGE_SIZE as usize || page.last_seq <= after_seq {
-            return Ok(events);
-        }
-        after_seq = page.last_seq;
-    }
-}
-
 pub async fn show(ctx: &Ctx, id: &str, all_events: bool) -> Result<()> {
     let mut client = ctx.client().await?;
     let task = client
         .get_task(GetTaskRequest { id: id.to_string() })
         .await?
         .into_inner();
-    let events = fetch_events(&mut client, &task.id).await?;
+    let events = crate::screens::fetch_events(&mut client, &task.id).await?;
     if ctx.json {
         emit_json(
             &json!({ "task": json::task(&task), "events": events.iter().map(json::event).collect::<Vec<_>>() }),

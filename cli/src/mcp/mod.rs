@@ -426,7 +426,7 @@ impl TodoMcp {
         let result = async {
             let plan = self.session.plan(args.plan.as_deref()).await?;
             let mut client = self.session.client().await?;
-            let (text, value) = crate::commands::plans::plan_screen(&mut client, plan, 10).await?;
+            let (text, value) = crate::screens::plan_screen(&mut client, plan, 10).await?;
             let text = crate::safe::escape_keep_newlines(&crate::style::strip(&text)).into_owned();
             Ok(view::answer(text, value))
         };
@@ -452,7 +452,7 @@ impl TodoMcp {
             // Every page, as `todoctl show` reads them: the text thins the
             // progress samples, the structured answer keeps the changes and
             // the last sample.
-            let events = crate::commands::tasks::fetch_events(&mut client, &id).await?;
+            let events = crate::screens::fetch_events(&mut client, &id).await?;
             let text = crate::render::task_details(
                 &task,
                 &events,
