@@ -1,10 +1,10 @@
 """Drives `todoctl mcp` with the official Python MCP client, as the agents
-people run would: over stdio, against a real daemon. Run by tests/mcp.rs:
+people run would: over stdio, against a real daemon. Run by tests/e2e/mcp.rs:
 
     python mcp_agents.py TODOCTL ADDR PROJECT_DIR TODOD
 
 Each check asserts; at the end one JSON line on stdout says what the daemon
-should now hold, which tests/mcp.rs checks over gRPC.
+should now hold, which tests/e2e/mcp.rs checks over gRPC.
 """
 import asyncio
 import json

@@ -1,6 +1,6 @@
 """One TaskCreate through `todoctl mcp`, driven by the official Python MCP
 client, against a daemon behind a proxy that loses the first CreateTask
-answer. Run by tests/idempotency.rs:
+answer. Run by tests/e2e/idempotency.rs:
 
     python mcp_lost_answer.py TODOCTL ADDR PROJECT_DIR
 

@@ -1,6 +1,6 @@
 """Parses an OpenMetrics exposition on stdin with Prometheus' own parser
 (prometheus_client, strict: a malformed line or a missing `# EOF` raises)
-and prints its samples as JSON, for tests/metrics.rs."""
+and prints its samples as JSON, for tests/e2e/metrics.rs."""
 import json
 import sys
 

@@ -82,7 +82,7 @@ fn throughput(result: &Value) -> Vec<(u64, f64)> {
 // cached; on 2026-12-04 it passed in 3 minutes: chose 8 at 97 % of the full
 // sweep's best, projected 31 s, actual 29 s). CI runs the example pipeline
 // on the same server instead (`scripts/readme-example`).
-// `cargo test -p todod-e2e --test real_server_sweep -- --ignored`.
+// `cargo test -p todod-e2e --test e2e -- real_server_sweep:: --ignored`.
 #[ignore = "flaky on a 2-core llama-server: see the comment above"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_sweep_chooses_near_the_best_level_and_projects_the_run() {

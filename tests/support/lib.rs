@@ -293,14 +293,14 @@ pub fn sqlite_only(why: &str) -> bool {
     postgres
 }
 
-/// A binary of this workspace, built by `cargo test --workspace`.
+/// A binary of this workspace, built by the README's test command (`cargo test --workspace --release`).
 pub fn binary(name: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("current exe");
     let dir = exe.parent().and_then(Path::parent).expect("target dir");
     let path = dir.join(name);
     assert!(
         path.exists(),
-        "{} is missing: run the tests with `cargo test --workspace`, which builds it",
+        "{} is missing: run the tests with `cargo test --workspace --release`, which builds it",
         path.display()
     );
     path

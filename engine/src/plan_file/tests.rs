@@ -268,7 +268,7 @@ fn the_published_schema_is_the_one_the_table_makes() {
     assert!(
         published == made,
         "docs/pipeline.schema.json is not the schema the phase table makes; \
-         run `TODOD_BLESS=1 cargo test -p todod --lib plan_file` to write it"
+         run `TODOD_BLESS=1 cargo test -p todod-engine --lib plan_file` to write it"
     );
     let schema: Value = serde_json::from_str(&published).unwrap();
     // Every step's section, in `phases` and as a section refusing what the
