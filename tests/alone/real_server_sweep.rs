@@ -3,7 +3,7 @@
 //! chooses is within 10 % of the best throughput a full sweep finds, and
 //! the generation it vouches for takes what it projected, within ±10 %.
 //!
-//! A test binary of its own, so that nothing else loads the machine while
+//! In the `alone` test binary, so that nothing else loads the machine while
 //! it measures. Without a built server `scripts/local-backend` builds it
 //! first; if it cannot, this test fails and says so.
 use serde_json::Value;
@@ -82,10 +82,11 @@ fn throughput(result: &Value) -> Vec<(u64, f64)> {
 // cached; on 2026-12-04 it passed in 3 minutes: chose 8 at 97 % of the full
 // sweep's best, projected 31 s, actual 29 s). CI runs the example pipeline
 // on the same server instead (`scripts/readme-example`).
-// `cargo test -p todod-e2e --test e2e -- real_server_sweep:: --ignored`.
+// `cargo test --release -p todod-e2e --test alone -- real_server_sweep:: --ignored`.
 #[ignore = "flaky on a 2-core llama-server: see the comment above"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_sweep_chooses_near_the_best_level_and_projects_the_run() {
+    let _alone = super::MACHINE.lock().await;
     let server = LlamaServer::start();
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out");

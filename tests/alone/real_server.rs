@@ -61,6 +61,7 @@ drop_length_finishes = false
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_example_pipeline_runs_on_llama_server_with_a_kill_in_each_phase() {
+    let _alone = super::MACHINE.lock().await;
     let server = LlamaServer::start();
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("state");
