@@ -1,6 +1,7 @@
 //! Text output: task tables, plan summaries, task details, event lines and
 //! progress bars. Pure functions from proto messages to strings.
 use std::fmt::Write as _;
+use todod_proto::results::ProgressCounts;
 
 use todod_proto::{Event, PlanSummary, Progress, Task, WriteTodosResponse};
 
@@ -462,19 +463,16 @@ pub fn event_line(e: &Event, with_plan: bool) -> String {
     let _ = write!(s, " {task} {}", e.r#type);
     // A worker's progress reads better as a bar than as its JSON.
     if e.r#type == "progress" {
-        if let Ok(p) = serde_json::from_str::<serde_json::Value>(&e.new_value) {
-            let int = |k: &str| p.get(k).and_then(serde_json::Value::as_i64).unwrap_or(0);
-            let rate = p
-                .get("rate_per_second")
-                .and_then(serde_json::Value::as_f64)
-                .unwrap_or(0.0);
+        if let Some(p) = ProgressCounts::parse(&e.new_value) {
+            let int = |n: Option<u64>| n.unwrap_or(0) as i64;
+            let rate = p.rate_per_second.unwrap_or(0.0);
             let _ = write!(
                 s,
                 " {} failed {} tokens {} {rate:.1}/s eta {}s",
-                progress_bar(int("done"), int("total"), 20),
-                int("failed"),
-                int("tokens"),
-                int("eta_seconds")
+                progress_bar(int(p.done), int(p.total), 20),
+                int(p.failed),
+                int(p.tokens),
+                p.eta_seconds.unwrap_or(0)
             );
             return s;
         }

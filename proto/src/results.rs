@@ -433,6 +433,117 @@ pub struct FilterResult {
     pub near_duplicate_threshold: Option<f64>,
 }
 
+/// The counts every phase task's progress report carries, beside what its
+/// kind adds (a sweep's stage, a generation's server and drift): made by
+/// each kind's `progress` and the record pipeline (the rate and the time
+/// left), read by field by the API's `Progress`, `/metrics`, the status page
+/// and `todoctl watch`. A field of another type than its own (a report of
+/// an earlier version) reads as absent, never as a failed report.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ProgressCounts {
+    /// Records written.
+    #[serde(deserialize_with = "lenient", skip_serializing_if = "Option::is_none")]
+    pub done: Option<u64>,
+    /// Records that failed for good (a generation's prompts).
+    #[serde(deserialize_with = "lenient", skip_serializing_if = "Option::is_none")]
+    pub failed: Option<u64>,
+    /// Input lines that were not records (bad lines, duplicate ids).
+    #[serde(deserialize_with = "lenient", skip_serializing_if = "Option::is_none")]
+    pub rejected: Option<u64>,
+    /// Records expected in the end.
+    #[serde(deserialize_with = "lenient", skip_serializing_if = "Option::is_none")]
+    pub total: Option<u64>,
+    /// Output tokens (a generation's, a tokenization's).
+    #[serde(deserialize_with = "lenient", skip_serializing_if = "Option::is_none")]
+    pub tokens: Option<u64>,
+    /// A generation's prompt tokens.
+    #[serde(deserialize_with = "lenient", skip_serializing_if = "Option::is_none")]
+    pub prompt_tokens: Option<u64>,
+    /// Lines a second of the run that reported this.
+    #[serde(deserialize_with = "lenient", skip_serializing_if = "Option::is_none")]
+    pub rate_per_second: Option<f64>,
+    /// Seconds left at that rate.
+    #[serde(deserialize_with = "lenient", skip_serializing_if = "Option::is_none")]
+    pub eta_seconds: Option<i64>,
+    /// A generation held to a feasibility: the seconds left at the
+    /// projected rate, and that rate.
+    #[serde(deserialize_with = "lenient", skip_serializing_if = "Option::is_none")]
+    pub projected_eta_seconds: Option<u64>,
+    #[serde(deserialize_with = "lenient", skip_serializing_if = "Option::is_none")]
+    pub projected_records_per_second: Option<Estimate>,
+    /// What the run is doing, in words (a sweep's stage).
+    #[serde(deserialize_with = "lenient", skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+impl ProgressCounts {
+    /// The keys a store query reads inside the JSON (a day of progress
+    /// points is read as numbers, not parsed report by report).
+    pub const DONE: &'static str = "done";
+    pub const FAILED: &'static str = "failed";
+    pub const TOKENS: &'static str = "tokens";
+
+    /// Reads a progress report; `None` when it is empty or not an object.
+    pub fn parse(progress_json: &str) -> Option<ProgressCounts> {
+        serde_json::from_str(progress_json).ok()
+    }
+
+    /// The report as a JSON object, for a kind to add its own figures to.
+    pub fn to_json(&self) -> Value {
+        serde_json::to_value(self).unwrap_or(Value::Null)
+    }
+
+    /// Sets the fields this has in `report` (a kind's progress object),
+    /// leaving its other figures as they are.
+    pub fn merge_into(&self, report: &mut Value) {
+        if let (Value::Object(report), Value::Object(mine)) = (report, self.to_json()) {
+            report.extend(mine);
+        }
+    }
+
+    /// Records answered so far, written or failed.
+    pub fn answered(&self) -> u64 {
+        self.done.unwrap_or(0) + self.failed.unwrap_or(0)
+    }
+}
+
+/// The counts a phase task's result carries whichever its kind, for
+/// readers that show every kind alike (`/metrics`). Each kind's own type
+/// above is the whole result; a count a kind does not keep, or keeps as
+/// something else (an adaptation's `prompt_tokens` are quantiles), is absent.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(default)]
+pub struct ResultCounts {
+    #[serde(deserialize_with = "lenient")]
+    pub records: Option<u64>,
+    #[serde(deserialize_with = "lenient")]
+    pub failed: Option<u64>,
+    #[serde(deserialize_with = "lenient")]
+    pub rejected: Option<u64>,
+    #[serde(deserialize_with = "lenient")]
+    pub tokens: Option<u64>,
+    #[serde(deserialize_with = "lenient")]
+    pub prompt_tokens: Option<u64>,
+}
+
+impl ResultCounts {
+    /// Reads a result; `None` when it is empty or not an object.
+    pub fn parse(result_json: &str) -> Option<ResultCounts> {
+        serde_json::from_str(result_json).ok()
+    }
+}
+
+/// A field read as `T` when it is one, else as absent.
+fn lenient<'de, D, T>(deserializer: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: serde::de::DeserializeOwned,
+{
+    let value = Value::deserialize(deserializer)?;
+    Ok(serde_json::from_value(value).ok())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -447,5 +558,45 @@ mod tests {
         )
         .unwrap();
         assert_eq!((g.records, g.prompt_tokens, g.projection), (3, 0, None));
+    }
+
+    #[test]
+    fn counts_read_by_field_and_leniently() {
+        let p = ProgressCounts::parse(
+            r#"{"done": 5, "failed": 1, "total": 9, "tokens": 40, "rate_per_second": 2.5,
+                "eta_seconds": 2, "message": "m", "kind_specific": {"x": 1}, "rejected": "?"}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            (p.done, p.failed, p.total, p.rejected),
+            (Some(5), Some(1), Some(9), None)
+        );
+        assert_eq!(
+            (p.tokens, p.rate_per_second, p.eta_seconds),
+            (Some(40), Some(2.5), Some(2))
+        );
+        assert_eq!((p.answered(), p.message.as_deref()), (6, Some("m")));
+        assert!(ProgressCounts::parse("").is_none());
+        // The keys a store query reads are the fields' names.
+        let written = ProgressCounts {
+            done: Some(1),
+            failed: Some(2),
+            tokens: Some(3),
+            ..Default::default()
+        }
+        .to_json();
+        assert_eq!(
+            (
+                &written[ProgressCounts::DONE],
+                &written[ProgressCounts::FAILED],
+                &written[ProgressCounts::TOKENS]
+            ),
+            (&Value::from(1), &Value::from(2), &Value::from(3))
+        );
+        let r = ResultCounts::parse(r#"{"records": 3, "prompt_tokens": {"p50": 1}}"#).unwrap();
+        assert_eq!(
+            (r.records, r.prompt_tokens, r.failed),
+            (Some(3), None, None)
+        );
     }
 }

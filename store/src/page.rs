@@ -4,6 +4,7 @@
 //! task's notable events (schedule firings, drift, calibration, restarts).
 use super::{Error, Store};
 use todod_domain::TaskId;
+use todod_proto::results::ProgressCounts;
 
 /// One progress report: when, and how many records were answered (written
 /// or failed) by then, with the output tokens.
@@ -52,9 +53,9 @@ impl Store {
                      CAST(COALESCE({}, 0) AS BIGINT) \
                      FROM events WHERE task_id = ? AND type = 'progress' AND seq > ? \
                      ORDER BY seq LIMIT ?",
-                    dialect.json_number("new_value", "done"),
-                    dialect.json_number("new_value", "failed"),
-                    dialect.json_number("new_value", "tokens"),
+                    dialect.json_number("new_value", ProgressCounts::DONE),
+                    dialect.json_number("new_value", ProgressCounts::FAILED),
+                    dialect.json_number("new_value", ProgressCounts::TOKENS),
                 ),
                 &[task.0.into(), after_seq.into(), (limit as i64).into()],
                 |row| {

@@ -8,7 +8,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::{Registry, Unit};
-use serde_json::Value;
+use todod_proto::results::{ProgressCounts, ResultCounts};
 
 use super::process::Usage;
 use super::{FloatGauge, TaskLabels, Telemetry};
@@ -54,37 +54,24 @@ impl PhaseFigures {
     /// result (which wins: it is the final count). The rates and the time
     /// left are a running task's only.
     pub fn read(task: String, kind: String, running: bool, progress: &str, result: &str) -> Self {
-        let progress: Value = serde_json::from_str(progress).unwrap_or(Value::Null);
-        let result: Value = serde_json::from_str(result).unwrap_or(Value::Null);
-        let count = |result_key: &str, progress_key: &str| {
-            result
-                .get(result_key)
-                .and_then(Value::as_u64)
-                .or_else(|| progress.get(progress_key).and_then(Value::as_u64))
-        };
-        let live = |key: &str| {
-            running
-                .then(|| progress.get(key).and_then(Value::as_f64))
-                .flatten()
-        };
-        let projected = progress.get("projected_records_per_second").and_then(|e| {
-            Some((
-                e.get("value")?.as_f64()?,
-                e.get("low")?.as_f64()?,
-                e.get("high")?.as_f64()?,
-            ))
-        });
-        let has_records = result.get("records").is_some() || progress.get("done").is_some();
+        let progress = ProgressCounts::parse(progress);
+        let result = ResultCounts::parse(result).unwrap_or_default();
+        let progress = progress.unwrap_or_default();
+        let has_records = result.records.is_some() || progress.done.is_some();
+        let live = |figure: Option<f64>| figure.filter(|_| running);
         PhaseFigures {
-            records: count("records", "done"),
-            failed: has_records.then(|| count("failed", "failed").unwrap_or(0)),
-            rejected: count("rejected", "rejected"),
-            output_tokens: count("tokens", "tokens"),
-            input_tokens: count("prompt_tokens", "prompt_tokens"),
-            records_per_second: live("rate_per_second"),
-            seconds_left: live("eta_seconds"),
-            projected_seconds_left: live("projected_eta_seconds"),
-            projected_records_per_second: projected.filter(|_| running),
+            records: result.records.or(progress.done),
+            failed: has_records.then(|| result.failed.or(progress.failed).unwrap_or(0)),
+            rejected: result.rejected.or(progress.rejected),
+            output_tokens: result.tokens.or(progress.tokens),
+            input_tokens: result.prompt_tokens.or(progress.prompt_tokens),
+            records_per_second: live(progress.rate_per_second),
+            seconds_left: live(progress.eta_seconds.map(|s| s as f64)),
+            projected_seconds_left: live(progress.projected_eta_seconds.map(|s| s as f64)),
+            projected_records_per_second: progress
+                .projected_records_per_second
+                .filter(|_| running)
+                .map(|e| (e.value, e.low, e.high)),
             drift_events: 0,
             lease: None,
             takeovers: 0,

@@ -2,6 +2,7 @@
 //! Validation of client input happens here, so every error names its field.
 
 use crate::proto;
+use crate::proto::results::ProgressCounts;
 use todod_domain::annotations;
 use todod_domain::model::{validate_content, validate_plan_name};
 use todod_domain::todo_list::TodoItem;
@@ -157,24 +158,17 @@ pub fn plan(view: PlanView) -> proto::Plan {
 }
 
 fn progress(json: &str) -> Option<proto::Progress> {
-    let value: serde_json::Value = serde_json::from_str(json).ok()?;
-    let int = |key: &str| value.get(key).and_then(|v| v.as_i64()).unwrap_or(0);
+    let counts = ProgressCounts::parse(json)?;
+    let count = |n: Option<u64>| n.unwrap_or(0) as i64;
     Some(proto::Progress {
-        done: int("done"),
-        failed: int("failed"),
-        total: int("total"),
-        tokens: int("tokens"),
-        rate_per_second: value
-            .get("rate_per_second")
-            .and_then(|v| v.as_f64())
-            .unwrap_or(0.0),
-        eta_seconds: int("eta_seconds"),
-        rejected: int("rejected"),
-        message: value
-            .get("message")
-            .and_then(|v| v.as_str())
-            .unwrap_or_default()
-            .to_string(),
+        done: count(counts.done),
+        failed: count(counts.failed),
+        total: count(counts.total),
+        tokens: count(counts.tokens),
+        rate_per_second: counts.rate_per_second.unwrap_or(0.0),
+        eta_seconds: counts.eta_seconds.unwrap_or(0),
+        rejected: count(counts.rejected),
+        message: counts.message.unwrap_or_default(),
         detail_json: json.to_string(),
     })
 }

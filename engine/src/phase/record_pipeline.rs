@@ -17,6 +17,7 @@ use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use todod_proto::results::ProgressCounts;
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -859,13 +860,12 @@ impl Committer<'_, '_> {
         let elapsed = self.started.elapsed().as_secs_f64().max(0.001);
         let rate = lines_now as f64 / elapsed;
         let left = own.lines.saturating_sub(committed) as f64;
-        if let Value::Object(map) = &mut progress {
-            map.insert("rate_per_second".into(), json!(rate));
-            map.insert(
-                "eta_seconds".into(),
-                json!(if rate > 0.0 { (left / rate) as i64 } else { 0 }),
-            );
+        ProgressCounts {
+            rate_per_second: Some(rate),
+            eta_seconds: Some(if rate > 0.0 { (left / rate) as i64 } else { 0 }),
+            ..ProgressCounts::default()
         }
+        .merge_into(&mut progress);
         progress
     }
 }

@@ -11,7 +11,7 @@ use todod_proto::units::{count, duration};
 use super::chart::{self, Band};
 use super::series::rate_over;
 use super::view::{Overview, PhaseDetail, PlanPage};
-use crate::proto::results::{Estimate, HeldOutcome};
+use crate::proto::results::{Estimate, HeldOutcome, ProgressCounts};
 use todod_domain::time::rfc3339;
 use todod_domain::{Status, TaskId};
 use todod_store::TaskView;
@@ -103,13 +103,13 @@ pub fn overview(o: &Overview) -> Markup {
 }
 
 fn phase_row(t: &TaskView) -> Markup {
-    let p: Value = t
+    let p = t
         .progress
         .as_deref()
-        .and_then(|p| serde_json::from_str(p).ok())
+        .and_then(ProgressCounts::parse)
         .unwrap_or_default();
-    let done = p["done"].as_i64().unwrap_or(0);
-    let total = p["total"].as_i64().unwrap_or(0);
+    let done = p.done.unwrap_or(0) as i64;
+    let total = p.total.unwrap_or(0) as i64;
     html! {
         tr {
             td { (t.id) }
@@ -212,9 +212,10 @@ fn event_text(e: &todod_store::NotableEvent) -> String {
 
 fn running(d: &PhaseDetail, now_ms: i64) -> Markup {
     let p = &d.progress;
-    let int = |k: &str| p[k].as_i64().unwrap_or(0);
+    let c = &d.counts;
+    let int = |n: Option<u64>| n.unwrap_or(0) as i64;
     let (done, failed, rejected, total) =
-        (int("done"), int("failed"), int("rejected"), int("total"));
+        (int(c.done), int(c.failed), int(c.rejected), int(c.total));
     let answered = done + failed;
     // A window is shown once the run is older than the one before it: a
     // young run's three rates would be the same figure.
@@ -227,7 +228,7 @@ fn running(d: &PhaseDetail, now_ms: i64) -> Markup {
         (Some(a), Some(b)) => (b.at_ms - a.at_ms) as f64 / 1000.0,
         _ => 0.0,
     };
-    let eta = int("eta_seconds");
+    let eta = c.eta_seconds.unwrap_or(0);
     let projected = d.projection.as_ref().map(band);
     html! {
         @if total > 0 {
@@ -237,7 +238,7 @@ fn running(d: &PhaseDetail, now_ms: i64) -> Markup {
             (count(done as f64)) " of " (count(total as f64)) " records (" (percent(answered, total)) ")"
             @if failed > 0 { " · " (failed) " failed" }
             @if rejected > 0 { " · " (rejected) " rejected" }
-            @if let Some(message) = p["message"].as_str() { " · " (message) }
+            @if let Some(message) = &c.message { " · " (message) }
         }
         @if !d.points.is_empty() {
             ul class="rates" {

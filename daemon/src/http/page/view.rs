@@ -4,7 +4,7 @@
 use serde_json::Value;
 
 use super::series::SeriesCache;
-use crate::proto::results::{self, Estimate, FeasibilityResult};
+use crate::proto::results::{self, Estimate, FeasibilityResult, ProgressCounts};
 use todod_domain::{Kind, Status, TaskId};
 use todod_engine::phase::kind::View;
 use todod_engine::phase::kinds;
@@ -42,6 +42,9 @@ pub struct PlanPage {
 
 pub struct PhaseDetail {
     pub task: TaskView,
+    /// Its progress report: the counts every kind's carries, and the whole
+    /// report for what its kind adds (a generation's server, drift, holds).
+    pub counts: ProgressCounts,
     pub progress: Value,
     /// What its kind shows of it, once it has a result.
     pub view: Option<View>,
@@ -133,11 +136,17 @@ pub async fn plan_page(store: &Store, series: &SeriesCache, name: &str) -> Resul
             Vec::new()
         };
         let events = store.notable_events(task.id, MAX_EVENTS).await?;
-        let projection = serde_json::from_value(progress["projected_records_per_second"].clone())
-            .ok()
+        let counts = task
+            .progress
+            .as_deref()
+            .and_then(ProgressCounts::parse)
+            .unwrap_or_default();
+        let projection = counts
+            .projected_records_per_second
             .or_else(|| vouched_rate(task, &all));
         phases.push(PhaseDetail {
             task: task.clone(),
+            counts,
             progress,
             view,
             points,

@@ -13,6 +13,7 @@ pub mod kind;
 pub mod rendered;
 pub mod spec;
 
+use todod_proto::results::ProgressCounts;
 use std::collections::BTreeMap;
 use std::io;
 use std::sync::Arc;
@@ -474,11 +475,16 @@ impl RecordPhase for Adaptation {
     }
 
     fn progress(&self, stats: &Stats, _pass: &PassCounts, input: &InputState) -> Value {
-        json!({
-            "done": stats.records, "failed": 0, "rejected": stats.rejected,
-            "not_sampled": stats.not_sampled,
-            "total": input.lines.saturating_sub(stats.rejected + stats.not_sampled),
-        })
+        let mut progress = ProgressCounts {
+            done: Some(stats.records),
+            failed: Some(0),
+            rejected: Some(stats.rejected),
+            total: Some(input.lines.saturating_sub(stats.rejected + stats.not_sampled)),
+            ..ProgressCounts::default()
+        }
+        .to_json();
+        progress["not_sampled"] = json!(stats.not_sampled);
+        progress
     }
 }
 

@@ -17,6 +17,7 @@ pub mod kind;
 pub mod minhash;
 pub mod spec;
 
+use todod_proto::results::ProgressCounts;
 use std::collections::{BTreeMap, HashSet};
 use std::io;
 use std::sync::{Arc, Mutex};
@@ -362,11 +363,17 @@ impl RecordPhase for Filter {
 
     fn progress(&self, stats: &Stats, _pass: &PassCounts, input: &InputState) -> Value {
         let removed: u64 = stats.removed.values().sum();
-        json!({
-            "done": stats.kept + removed, "failed": 0, "rejected": stats.rejected,
-            "total": input.lines.saturating_sub(stats.rejected),
-            "kept": stats.kept, "removed": stats.removed,
-        })
+        let mut progress = ProgressCounts {
+            done: Some(stats.kept + removed),
+            failed: Some(0),
+            rejected: Some(stats.rejected),
+            total: Some(input.lines.saturating_sub(stats.rejected)),
+            ..ProgressCounts::default()
+        }
+        .to_json();
+        progress["kept"] = json!(stats.kept);
+        progress["removed"] = json!(stats.removed);
+        progress
     }
 }
 

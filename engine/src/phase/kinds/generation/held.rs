@@ -5,6 +5,7 @@
 //! reports: the rate over a trailing window and the mean output length,
 //! compared with the projected intervals; a drift that lasts is reported
 //! once, with both figures, until the run is back inside.
+use todod_proto::results::ProgressCounts;
 use std::collections::VecDeque;
 
 use serde_json::{json, Value};
@@ -219,10 +220,16 @@ impl Watch {
         }
         let mut progress = json!({
             "feasibility": self.vouch.task.to_string(),
-            "projected_records_per_second": p.records_per_second,
             "projected_hours": p.hours,
-            "projected_eta_seconds": (left as f64 / p.records_per_second.value.max(1e-9)) as u64,
         });
+        ProgressCounts {
+            projected_records_per_second: Some(p.records_per_second),
+            projected_eta_seconds: Some(
+                (left as f64 / p.records_per_second.value.max(1e-9)) as u64,
+            ),
+            ..ProgressCounts::default()
+        }
+        .merge_into(&mut progress);
         if let Some(found) = &self.calibration {
             progress["calibration"] =
                 json!({"message": found["message"], "on_track": found["on_track"]});

@@ -13,6 +13,7 @@ mod legacy;
 pub mod prompts;
 pub mod spec;
 
+use todod_proto::results::ProgressCounts;
 use std::io;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -251,10 +252,16 @@ impl RecordPhase for Generation {
             0
         };
         let total = earlier + expected_here;
-        let mut progress = json!({
-            "done": stats.records, "failed": stats.failed, "rejected": stats.rejected,
-            "total": total, "tokens": stats.tokens, "prompt_tokens": stats.prompt_tokens,
-        });
+        let mut progress = ProgressCounts {
+            done: Some(stats.records),
+            failed: Some(stats.failed),
+            rejected: Some(stats.rejected),
+            total: Some(total),
+            tokens: Some(stats.tokens),
+            prompt_tokens: Some(stats.prompt_tokens),
+            ..ProgressCounts::default()
+        }
+        .to_json();
         if stats.failed > 0 {
             // Why prompts failed, for the status page; counted with the
             // failures file, in the same checkpoint.

@@ -18,6 +18,7 @@ mod parquet;
 pub mod records;
 pub mod spec;
 
+use todod_proto::results::ProgressCounts;
 use std::collections::BTreeMap;
 use std::io::{self, BufReader};
 use std::path::{Path, PathBuf};
@@ -183,12 +184,17 @@ impl RecordPhase for Tokenization {
         // length) are neither written nor rejected: counted apart, and not
         // part of the total.
         let dropped: u64 = stats.dropped.values().sum();
-        json!({
-            "done": stats.records, "failed": 0, "rejected": stats.rejected,
-            "dropped": dropped,
-            "total": input.lines.saturating_sub(stats.rejected + dropped),
-            "tokens": stats.tokens,
-        })
+        let mut progress = ProgressCounts {
+            done: Some(stats.records),
+            failed: Some(0),
+            rejected: Some(stats.rejected),
+            total: Some(input.lines.saturating_sub(stats.rejected + dropped)),
+            tokens: Some(stats.tokens),
+            ..ProgressCounts::default()
+        }
+        .to_json();
+        progress["dropped"] = json!(dropped);
+        progress
     }
 }
 
