@@ -19,6 +19,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use crate::phase::kinds;
+use crate::phase::plan_step::PlanStep;
 pub use crate::phase::plan_step::{Model, PlanFile};
 pub use steps::{derive, Step};
 
@@ -170,65 +171,15 @@ fn check(
     base: Option<&Path>,
 ) -> Result<PlanFile, SpecError> {
     if let Some(plan) = &raw.plan {
-        if plan.is_empty()
-            || plan.len() > 128
-            || !plan
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || "._:-".contains(c))
-        {
-            return Err(refuse("plan", "must be 1-128 letters, digits and `._:-`"));
-        }
+        check_plan_name(plan)?;
     }
     let output_dir = absolute(&required(raw.output_dir, "output_dir")?, "output_dir", base)?;
     let steps: Vec<_> = kinds::steps().map(|(_, s)| s).collect();
-    let names: Vec<&str> = steps.iter().map(|s| s.section).collect();
-    let phases: Vec<&'static str> = match raw.phases {
-        // The default steps, and an optional one whose section is there.
-        None => steps
-            .iter()
-            .filter(|s| s.by_default || options.contains_key(s.section))
-            .map(|s| s.section)
-            .collect(),
-        Some(given) => {
-            let mut picked: Vec<&'static str> = Vec::new();
-            for (i, name) in given.iter().enumerate() {
-                let Some(step) = steps.iter().find(|s| s.section == name) else {
-                    return Err(refuse(
-                        format!("phases[{i}]"),
-                        format!("{name:?} is not a phase; use {}", names.join(", ")),
-                    ));
-                };
-                if picked.contains(&step.section) {
-                    return Err(refuse(
-                        format!("phases[{i}]"),
-                        format!("{name} is listed twice"),
-                    ));
-                }
-                picked.push(step.section);
-            }
-            if picked.is_empty() {
-                return Err(refuse("phases", "names no phase"));
-            }
-            // In the table's order, whatever the file's.
-            steps
-                .iter()
-                .map(|s| s.section)
-                .filter(|s| picked.contains(s))
-                .collect()
-        }
-    };
+    let phases = pick_phases(raw.phases, &steps, &options)?;
     let running: Vec<_> = steps
         .iter()
         .filter(|s| phases.contains(&s.section))
         .collect();
-    for step in &running {
-        if let Some(missing) = step.needs.iter().find(|n| !phases.contains(n)) {
-            return Err(refuse(
-                "phases",
-                format!("{} needs {missing} in the pipeline", step.section),
-            ));
-        }
-    }
 
     let model = required(raw.model, "model")?;
     let calls_server = running.iter().any(|s| s.calls_server);
@@ -300,7 +251,104 @@ fn check(
         }
     };
 
-    let mut sampling = raw.sampling;
+    let sampling = check_sampling(raw.sampling)?;
+
+    check_step_options(&steps, &options, &phases)?;
+    if !raw.budget.is_empty() {
+        refuse_untaken("budget", "budget", "is checked by")?;
+    }
+
+    Ok(PlanFile {
+        plan: raw.plan,
+        title: raw.title,
+        output_dir,
+        phases,
+        model: Model {
+            name,
+            endpoints,
+            api_key_env: model.api_key_env,
+            dir,
+        },
+        prompts: path,
+        prompts_format: prompts.format,
+        sample,
+        sampling,
+        budget: raw.budget,
+        options,
+    })
+}
+
+/// A plan's name: what the API takes as one.
+fn check_plan_name(plan: &str) -> Result<(), SpecError> {
+    if plan.is_empty()
+        || plan.len() > 128
+        || !plan
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "._:-".contains(c))
+    {
+        return Err(refuse("plan", "must be 1-128 letters, digits and `._:-`"));
+    }
+    Ok(())
+}
+
+/// The phases that run, in the table's order: those the file lists in
+/// `phases` (each known, once), else the default ones and an optional one
+/// whose section is there; each with the phases it needs.
+fn pick_phases(
+    given: Option<Vec<String>>,
+    steps: &[PlanStep],
+    options: &std::collections::BTreeMap<&'static str, Map<String, Value>>,
+) -> Result<Vec<&'static str>, SpecError> {
+    let names: Vec<&str> = steps.iter().map(|s| s.section).collect();
+    let phases: Vec<&'static str> = match given {
+        // The default steps, and an optional one whose section is there.
+        None => steps
+            .iter()
+            .filter(|s| s.by_default || options.contains_key(s.section))
+            .map(|s| s.section)
+            .collect(),
+        Some(given) => {
+            let mut picked: Vec<&'static str> = Vec::new();
+            for (i, name) in given.iter().enumerate() {
+                let Some(step) = steps.iter().find(|s| s.section == name) else {
+                    return Err(refuse(
+                        format!("phases[{i}]"),
+                        format!("{name:?} is not a phase; use {}", names.join(", ")),
+                    ));
+                };
+                if picked.contains(&step.section) {
+                    return Err(refuse(
+                        format!("phases[{i}]"),
+                        format!("{name} is listed twice"),
+                    ));
+                }
+                picked.push(step.section);
+            }
+            if picked.is_empty() {
+                return Err(refuse("phases", "names no phase"));
+            }
+            // In the table's order, whatever the file's.
+            steps
+                .iter()
+                .map(|s| s.section)
+                .filter(|s| picked.contains(s))
+                .collect()
+        }
+    };
+    for step in steps.iter().filter(|s| phases.contains(&s.section)) {
+        if let Some(missing) = step.needs.iter().find(|n| !phases.contains(n)) {
+            return Err(refuse(
+                "phases",
+                format!("{} needs {missing} in the pipeline", step.section),
+            ));
+        }
+    }
+    Ok(phases)
+}
+
+/// The sampling parameters sent with every request: values only (but the
+/// few the servers take as tables), none of those the pipeline sets itself.
+fn check_sampling(mut sampling: Map<String, Value>) -> Result<Map<String, Value>, SpecError> {
     if sampling.contains_key("max_tokens") {
         return Err(refuse(
             "sampling.max_tokens",
@@ -326,8 +374,17 @@ fn check(
         }
     }
     sampling.retain(|_, v| !v.is_null());
+    Ok(sampling)
+}
 
-    for step in &steps {
+/// Each step's own section: given only for a phase that runs, without the
+/// fields the file derives, and as its kind checks it.
+fn check_step_options(
+    steps: &[PlanStep],
+    options: &std::collections::BTreeMap<&'static str, Map<String, Value>>,
+    phases: &[&'static str],
+) -> Result<(), SpecError> {
+    for step in steps {
         let Some(given) = options.get(step.section) else {
             continue;
         };
@@ -348,28 +405,7 @@ fn check(
         (step.check)(given)
             .map_err(|(field, reason)| refuse(format!("{}.{field}", step.section), reason))?;
     }
-    if !raw.budget.is_empty() {
-        refuse_untaken("budget", "budget", "is checked by")?;
-    }
-
-    Ok(PlanFile {
-        plan: raw.plan,
-        title: raw.title,
-        output_dir,
-        phases,
-        model: Model {
-            name,
-            endpoints,
-            api_key_env: model.api_key_env,
-            dir,
-        },
-        prompts: path,
-        prompts_format: prompts.format,
-        sample,
-        sampling,
-        budget: raw.budget,
-        options,
-    })
+    Ok(())
 }
 
 #[cfg(test)]
