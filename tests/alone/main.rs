@@ -1,6 +1,6 @@
 //! Tests that time the machine: a real server's throughput and a
 //! projection's interval held against a run's wall time. They are a test
-//! binary of their own, which cargo runs after (never beside) the e2e
+//! binary of their own, which cargo runs before (never beside) the e2e
 //! binary, and each holds `MACHINE` while it runs, so no other test shares
 //! the machine with their timings.
 mod feasibility_intervals;

@@ -115,7 +115,7 @@ fn lines(path: &Path) -> Vec<String> {
 /// counts it tells are the files'.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_filter_killed_again_and_again_keeps_the_same_records() {
-    const RECORDS: usize = 50_000;
+    const RECORDS: usize = 100_000;
     const KILLS: usize = 20;
     const MIN_KILLS: usize = 8;
     let mut rng = TestRng::new("a_filter_killed_again_and_again");
@@ -147,7 +147,7 @@ async fn a_filter_killed_again_and_again_keeps_the_same_records() {
         .await
         .unwrap();
     let kills = kill_repeatedly(&mut daemon, state.path(), "kill", &id, KILLS, || {
-        Duration::from_millis(rng.below(300))
+        Duration::from_millis(rng.below(80))
     })
     .await;
     let mut c = daemon.client().await;

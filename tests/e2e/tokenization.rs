@@ -321,7 +321,7 @@ async fn kimi_style_conversations_read_back_through_tiktoken() {
 /// never interrupted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tokenization_killed_again_and_again_writes_the_same_bytes() {
-    const RECORDS: usize = 50_000;
+    const RECORDS: usize = 100_000;
     // Up to KILLS kills; at least MIN_KILLS must land before the run ends
     // for the test to mean anything (how many fit depends on the machine).
     const KILLS: usize = 20;
@@ -354,7 +354,7 @@ async fn a_tokenization_killed_again_and_again_writes_the_same_bytes() {
     // Each kill lands in the middle of the work: after this daemon has
     // committed something new, at a random moment.
     let kills = kill_repeatedly(&mut daemon, state.path(), "kill", &id, KILLS, || {
-        Duration::from_millis(rng.below(700))
+        Duration::from_millis(rng.below(150))
     })
     .await;
     let mut c = daemon.client().await;
