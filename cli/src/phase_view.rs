@@ -7,10 +7,10 @@
 use std::fmt::Write as _;
 
 use serde_json::Value;
+use todod_proto::readable::{count, size};
 use todod_proto::results::{
     self, AdaptationResult, Estimate, FeasibilityResult, GenerationResult, TokenizationResult,
 };
-use todod_proto::units::{count, size};
 
 use crate::safe::escape;
 

@@ -68,7 +68,7 @@ pub fn progress_text(p: &Progress) -> Option<String> {
     (!parts.is_empty()).then(|| parts.join(", "))
 }
 
-pub use todod_proto::units::duration;
+pub use todod_proto::readable::duration;
 
 /// `2026-12-01 14:35:04Z (3m20s ago)`: the daemon's time to the second, and
 /// how long ago it was, in the one duration format; `in 5m` for a time to

@@ -260,7 +260,7 @@ pub async fn run(
         .unwrap_or_else(|| Arc::new(crate::scheduler::SystemClock));
     // The page's logins are minted over the API and spent on the TCP
     // listener's page.
-    let page_shared = Arc::new(crate::http::page::Shared::default());
+    let page_shared = Arc::new(crate::http::status_page::Shared::default());
     let page_base = listeners
         .tcp
         .as_ref()
@@ -310,7 +310,7 @@ pub async fn run(
         } else {
             tcp_auth.clone()
         };
-        let page = crate::http::page::Page::new(
+        let page = crate::http::status_page::Page::new(
             store.clone(),
             tcp_auth.clone(),
             page_shared.clone(),
@@ -325,7 +325,7 @@ pub async fn run(
         servers.spawn(routes.serve_with_incoming_shutdown(incoming, stopped(stop_rx.clone())));
     }
     if let Some(listener) = listeners.unix {
-        let page = crate::http::page::Page::new(
+        let page = crate::http::status_page::Page::new(
             store.clone(),
             unix_auth.clone(),
             page_shared.clone(),

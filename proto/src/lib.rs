@@ -11,8 +11,8 @@ pub mod codec;
 pub mod json;
 pub mod lease;
 pub mod local;
+pub mod readable;
 pub mod results;
-pub mod units;
 
 tonic::include_proto!("todod.v1");
 

@@ -19,7 +19,7 @@ pub struct ProgressPoint {
 /// An event a person watching a run wants to see.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NotableEvent {
-    pub kind: String,
+    pub event_type: String,
     pub at_ms: i64,
     /// The event's value (a JSON object for drift and calibration), or "".
     pub value: String,
@@ -87,7 +87,7 @@ impl Store {
             );
             db.query(&sql, &[task.0.into(), (limit as i64).into()], |row| {
                 Ok(NotableEvent {
-                    kind: row.text(0)?.to_string(),
+                    event_type: row.text(0)?.to_string(),
                     at_ms: row.int(1)?,
                     value: row.text(2)?.to_string(),
                     reason: row.text(3)?.to_string(),

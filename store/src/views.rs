@@ -150,7 +150,8 @@ pub struct EventView {
     pub seq: i64,
     pub plan: String,
     pub task_id: Option<TaskId>,
-    pub kind: String,
+    /// What happened: `status_changed`, `progress`, `resumed`, ...
+    pub event_type: String,
     pub from_status: Option<String>,
     pub to_status: Option<String>,
     pub old_value: Option<String>,
@@ -171,7 +172,7 @@ impl EventView {
             seq: row.int(0)?,
             plan: row.text(1)?.to_string(),
             task_id: row.opt_int(2)?.map(TaskId),
-            kind: row.text(3)?.to_string(),
+            event_type: row.text(3)?.to_string(),
             from_status: owned(row.opt_text(4)?),
             to_status: owned(row.opt_text(5)?),
             old_value: owned(row.opt_text(6)?),

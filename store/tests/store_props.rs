@@ -189,7 +189,7 @@ async fn run(ops: Vec<Op>) {
             continue;
         };
         let r = replayed.entry(task).or_default();
-        match e.kind.as_str() {
+        match e.event_type.as_str() {
             "task_created" => {
                 r.content = e.new_value.clone().unwrap();
                 r.status = "pending".into();

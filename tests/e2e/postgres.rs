@@ -139,7 +139,10 @@ async fn a_live_lease_is_not_taken_and_a_released_one_is_taken_at_once() {
         })
         .await
         .unwrap();
-    let resumed: Vec<_> = events.iter().filter(|e| e.kind == "resumed").collect();
+    let resumed: Vec<_> = events
+        .iter()
+        .filter(|e| e.event_type == "resumed")
+        .collect();
     assert_eq!(resumed.len(), 1, "{resumed:?}");
     assert!(
         resumed[0].reason.contains("stopped renewing its lease"),

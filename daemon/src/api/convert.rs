@@ -311,7 +311,7 @@ pub fn event(view: EventView) -> proto::Event {
         seq: view.seq,
         plan: view.plan,
         task_id: view.task_id.map(|t| t.to_string()).unwrap_or_default(),
-        r#type: view.kind,
+        r#type: view.event_type,
         from_status: view.from_status.unwrap_or_default(),
         to_status: view.to_status.unwrap_or_default(),
         old_value: view.old_value.unwrap_or_default(),

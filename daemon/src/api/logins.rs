@@ -1,5 +1,5 @@
 //! One-time logins to the status page and the sessions they open: minted
-//! by the API (`OpenPage`), spent and checked by the page (`http::page`).
+//! by the API (`OpenPage`), spent and checked by the page (`http::status_page`).
 //!
 //! Whoever may call the API may open the page: `todoctl open` asks the
 //! daemon (over the API, so with its token or on its private socket) for a

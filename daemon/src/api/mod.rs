@@ -9,8 +9,8 @@ pub mod auth;
 pub mod convert;
 mod error;
 use error::ToStatus;
+mod apply_plan_file;
 pub mod logins;
-mod pipeline;
 
 use std::pin::Pin;
 use std::sync::Arc;

@@ -7,7 +7,7 @@
 //! rule holds, as `authorization: Bearer <token>` (Prometheus'
 //! `authorization: { credentials_file: ... }`), and a request without it is
 //! answered 401. The page follows the API's own rule instead (see `page`).
-pub mod page;
+pub mod status_page;
 
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -33,7 +33,7 @@ struct Shared {
     telemetry: Telemetry,
     auth: BearerAuth,
     start_time_seconds: f64,
-    page: page::Page,
+    page: status_page::Page,
 }
 
 /// The content type of the OpenMetrics text format, which Prometheus asks
@@ -42,7 +42,12 @@ const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=
 
 impl Http {
     /// `auth` admits everything on a loopback listener or the Unix socket.
-    pub fn new(store: Store, telemetry: Telemetry, auth: BearerAuth, page: page::Page) -> Http {
+    pub fn new(
+        store: Store,
+        telemetry: Telemetry,
+        auth: BearerAuth,
+        page: status_page::Page,
+    ) -> Http {
         let start_time_seconds = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_secs_f64())

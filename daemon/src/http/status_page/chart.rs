@@ -7,7 +7,7 @@
 //! apart by more than hue: the band is a filled area with a dashed centre
 //! line, the measured rate a solid line, and the legend says which is which.
 use maud::{html, Markup};
-use todod_proto::units::duration;
+use todod_proto::readable::duration;
 
 use super::series::bucketed_rates;
 use todod_store::ProgressPoint;

@@ -6,7 +6,7 @@ use maud::{html, Markup, DOCTYPE};
 use std::collections::BTreeMap;
 
 use serde_json::Value;
-use todod_proto::units::{count, duration};
+use todod_proto::readable::{count, duration};
 
 use super::chart::{self, Band};
 use super::series::rate_over;
@@ -192,7 +192,7 @@ fn phase_section(d: &PhaseDetail, now_ms: i64) -> Markup {
                     summary { "Schedule firings, drift and restarts" }
                     ul {
                         @for e in &d.events {
-                            li { time { (when(e.at_ms)) } " " strong { (e.kind.replace('_', " ")) } " " (event_text(e)) }
+                            li { time { (when(e.at_ms)) } " " strong { (e.event_type.replace('_', " ")) } " " (event_text(e)) }
                         }
                     }
                 }

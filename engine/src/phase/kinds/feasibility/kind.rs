@@ -10,7 +10,7 @@ use crate::phase::kind::{Checked, PhaseKind, View};
 use crate::phase::plan_step::{self, Derived, Flow, PlanFile, PlanStep};
 use crate::phase::{Boundaries, Ended, RunContext};
 use todod_proto::results::{self, FeasibilityResult, GenerationResult};
-use todod_proto::units::duration;
+use todod_proto::readable::duration;
 use todod_store::Store;
 
 pub struct Feasibility;

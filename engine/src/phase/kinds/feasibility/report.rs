@@ -91,7 +91,7 @@ fn chart(title: &str, unit: &str, points: &[(f64, f64)], chosen: Option<f64>) ->
 }
 
 use todod_proto::results::{Estimate, FeasibilityResult, HeldOutcome, ServerSummary};
-use todod_proto::units::{count, duration, size};
+use todod_proto::readable::{count, duration, size};
 
 /// An estimate as `v (lo–hi, 95%)` in `show`'s units.
 fn estimate_with(e: Option<&Estimate>, show: impl Fn(f64) -> String) -> String {

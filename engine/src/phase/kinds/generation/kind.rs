@@ -8,7 +8,7 @@ use crate::phase::kind::{Checked, PhaseKind, View};
 use crate::phase::plan_step::{Derived, Flow, PlanFile, PlanStep, SectionRefusal};
 use crate::phase::{Boundaries, Ended, RunContext};
 use todod_proto::results::GenerationResult;
-use todod_proto::units::count;
+use todod_proto::readable::count;
 
 pub struct Generation;
 
@@ -98,7 +98,7 @@ impl PhaseKind for Generation {
             line.push_str(&format!(", {} rejected", r.rejected));
         }
         if let Some(o) = &r.projection {
-            let secs = |h: f64| todod_proto::units::duration((h * 3600.0).round() as i64);
+            let secs = |h: f64| todod_proto::readable::duration((h * 3600.0).round() as i64);
             line.push_str(&format!(
                 "; took {} against {} projected ({} to {}): {} the band",
                 secs(o.compared_hours()),

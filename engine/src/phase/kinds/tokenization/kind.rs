@@ -8,7 +8,7 @@ use crate::phase::kind::{Checked, PhaseKind, View};
 use crate::phase::plan_step::{self, Derived, Flow, PlanFile, PlanStep};
 use crate::phase::{Boundaries, Ended, RunContext};
 use todod_proto::results::TokenizationResult;
-use todod_proto::units::count;
+use todod_proto::readable::count;
 
 pub struct Tokenization;
 
