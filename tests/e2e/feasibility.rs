@@ -255,8 +255,10 @@ async fn the_knee_is_chosen_and_the_projection_holds_for_the_generation_that_fol
     // Past the knee two flat doublings (8, 16), with requests queued on
     // the server, stop the geometric sweep; between 2 and the best a level
     // is measured too. A loaded machine can measure one doubling past the
-    // knee as a gain over the 5 % threshold; the sweep then goes on to its
-    // cap of 32, and only then.
+    // knee as a gain over the 5 % threshold: the two flat doublings are
+    // then 16 and 32, or the sweep goes on to its cap of 32, and only then
+    // (seen in the one-binary suite on a clean clone, where the sweep's
+    // windows share two cores with the kill tests).
     let doublings: Vec<u64> = levels
         .iter()
         .filter(|c| c.is_power_of_two())
@@ -264,8 +266,11 @@ async fn the_knee_is_chosen_and_the_projection_holds_for_the_generation_that_fol
         .collect();
     let stopped = r["sweep_stopped"].as_str().unwrap();
     if stopped.contains("two doublings in a row") {
-        assert_eq!(doublings, [1, 2, 4, 8, 16], "{levels:?}");
-        assert!(levels.len() <= 7, "{levels:?}");
+        assert!(
+            doublings == [1, 2, 4, 8, 16] || doublings == [1, 2, 4, 8, 16, 32],
+            "{levels:?}"
+        );
+        assert!(levels.len() <= 8, "{levels:?}");
     } else {
         assert!(stopped.contains("level cap of 32"), "{stopped}");
         assert_eq!(doublings, [1, 2, 4, 8, 16, 32], "{levels:?}");

@@ -463,7 +463,7 @@ async fn a_tokenization_killed_again_and_again_writes_the_same_bytes() {
 /// counts.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sharded_tokenization_through_kills_holds_what_one_run_holds() {
-    const RECORDS: usize = 20_000;
+    const RECORDS: usize = 60_000;
     const SHARDS: usize = 3;
     const KILLS: usize = 8;
     const MIN_KILLS: usize = 3;
@@ -490,7 +490,7 @@ async fn a_sharded_tokenization_through_kills_holds_what_one_run_holds() {
     let mut c = daemon.client().await;
     let id = create(&mut c, "shards", &spec(&sharded, SHARDS)).await;
     let kills = kill_repeatedly(&mut daemon, state.path(), "shards", &id, KILLS, || {
-        Duration::from_millis(rng.below(500))
+        Duration::from_millis(rng.below(120))
     })
     .await;
     let mut c = daemon.client().await;
