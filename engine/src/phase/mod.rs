@@ -14,25 +14,25 @@
 //! - [`plan_step`] is what a kind contributes to the plan file.
 //! - One module per kind (`kinds/`) says how to read, process and write
 //!   its records.
-pub mod cpu_pass;
+pub(crate) mod cpu_pass;
 pub mod cursor;
 pub mod files;
 pub mod gate;
 pub mod kind;
 pub mod kinds;
-pub mod lease_keeper;
+pub(crate) mod lease_keeper;
 pub mod lines;
-pub mod model;
+pub(crate) mod model;
 pub mod places;
-pub mod plan_step;
-pub mod reach;
+pub(crate) mod plan_step;
+pub(crate) mod reach;
 pub mod record_pipeline;
 pub mod runtime;
-pub mod sample;
-pub mod shards;
+pub(crate) mod sample;
+pub(crate) mod shards;
 pub mod spec;
 pub mod state;
-pub mod units;
+pub(crate) mod units;
 
 use std::sync::Arc;
 
