@@ -352,9 +352,6 @@ fn insert_events(
     ctx: &WriteContext,
     now: i64,
 ) -> Result<Option<i64>, Error> {
-    if events.is_empty() {
-        return Ok(None);
-    }
     let events = serde_json::Value::Array(events).to_string();
     let each = match db.dialect() {
         Dialect::Sqlite => {

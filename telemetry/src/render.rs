@@ -54,14 +54,13 @@ impl PhaseFigures {
     /// result (which wins: it is the final count). The rates and the time
     /// left are a running task's only.
     pub fn read(task: String, kind: String, running: bool, progress: &str, result: &str) -> Self {
-        let progress = ProgressCounts::parse(progress);
+        let progress = ProgressCounts::parse(progress).unwrap_or_default();
         let result = ResultCounts::parse(result).unwrap_or_default();
-        let progress = progress.unwrap_or_default();
-        let has_records = result.records.is_some() || progress.done.is_some();
+        let records = result.records.or(progress.done);
         let live = |figure: Option<f64>| figure.filter(|_| running);
         PhaseFigures {
-            records: result.records.or(progress.done),
-            failed: has_records.then(|| result.failed.or(progress.failed).unwrap_or(0)),
+            records,
+            failed: records.map(|_| result.failed.or(progress.failed).unwrap_or(0)),
             rejected: result.rejected.or(progress.rejected),
             output_tokens: result.tokens.or(progress.tokens),
             input_tokens: result.prompt_tokens.or(progress.prompt_tokens),

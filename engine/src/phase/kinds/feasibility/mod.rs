@@ -20,6 +20,7 @@ pub mod sweep;
 #[cfg(test)]
 mod tests;
 
+use todod_proto::results::ProgressCounts;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -408,11 +409,13 @@ async fn run_inner(run: &RunContext, spec: FeasibilitySpec) -> Result<Ended, Str
     let sample = Arc::new(sample);
     let mut stop = run.stop.clone();
 
-    let warming = json!({
-        "stage": "warm-up",
-        "message": format!("warming up {} endpoint(s)", shape.endpoints.len()),
-        "done": sweep.levels.len(),
-    });
+    let mut warming = json!({"stage": "warm-up"});
+    ProgressCounts {
+        done: Some(sweep.levels.len() as u64),
+        message: Some(format!("warming up {} endpoint(s)", shape.endpoints.len())),
+        ..ProgressCounts::default()
+    }
+    .merge_into(&mut warming);
     if !progress(run, warming).await? {
         return Ok(Ended::Stopped);
     }
@@ -462,9 +465,17 @@ async fn run_inner(run: &RunContext, spec: FeasibilitySpec) -> Result<Ended, Str
         let Some((c, step)) = next_level(&spec, &mut sweep, &planned, records) else {
             break;
         };
-        let note = json!({
+        let mut note = json!({
             "stage": if step == Step::Confirm { "confirming" } else { "measuring" },
-            "message": match step {
+            "concurrency": c,
+            "levels_done": sweep.levels.len(),
+            "levels_planned": planned.len(),
+            "levels": summary(&figures),
+        });
+        ProgressCounts {
+            done: Some(sweep.levels.len() as u64),
+            total: Some(planned.len().max(sweep.levels.len() + 1) as u64),
+            message: Some(match step {
                 Step::Sweep => format!("measuring concurrency {c}"),
                 Step::Between => {
                     format!("measuring concurrency {c}, between the best level and a neighbour")
@@ -472,14 +483,10 @@ async fn run_inner(run: &RunContext, spec: FeasibilitySpec) -> Result<Ended, Str
                 Step::Confirm => format!(
                     "measuring concurrency {c} again: the level chosen, in a window of its own"
                 ),
-            },
-            "done": sweep.levels.len(),
-            "total": planned.len().max(sweep.levels.len() + 1),
-            "concurrency": c,
-            "levels_done": sweep.levels.len(),
-            "levels_planned": planned.len(),
-            "levels": summary(&figures),
-        });
+            }),
+            ..ProgressCounts::default()
+        }
+        .merge_into(&mut note);
         if !progress(run, note).await? {
             return Ok(Ended::Stopped);
         }
@@ -538,19 +545,23 @@ async fn run_inner(run: &RunContext, spec: FeasibilitySpec) -> Result<Ended, Str
     // The last report says where the sweep ended, not the level it was
     // measuring before: a finished task's progress must not look unfinished.
     let figures: Vec<Figures> = sweep.levels.iter().map(Level::figures).collect();
-    let note = json!({
+    let mut note = json!({
         "stage": "decided",
-        "message": format!(
-            "{} level(s) measured: {}",
-            sweep.levels.len(),
-            decided.result.verdict
-        ),
-        "done": sweep.levels.len(),
-        "total": sweep.levels.len(),
         "levels_done": sweep.levels.len(),
         "levels_planned": planned.len(),
         "levels": summary(&figures),
     });
+    ProgressCounts {
+        done: Some(sweep.levels.len() as u64),
+        total: Some(sweep.levels.len() as u64),
+        message: Some(format!(
+            "{} level(s) measured: {}",
+            sweep.levels.len(),
+            decided.result.verdict
+        )),
+        ..ProgressCounts::default()
+    }
+    .merge_into(&mut note);
     if !progress(run, note).await? {
         return Ok(Ended::Stopped);
     }

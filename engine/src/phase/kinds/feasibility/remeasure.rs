@@ -11,6 +11,7 @@
 //! firing's event, and the run's drift check is held against it from then
 //! on. A daemon killed in the middle records nothing: the slot is still due
 //! and fires again when it starts.
+use todod_proto::results::ProgressCounts;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -212,12 +213,11 @@ fn unseen(sample: Vec<Prompt>, asked: usize, position: u64) -> Vec<Prompt> {
 /// What the run's progress says: the records it has ended (done or
 /// failed: how far into its prompt file it is) and its total.
 fn ended_of(progress: &Option<String>) -> (u64, u64) {
-    let p: Value = progress
+    let p = progress
         .as_deref()
-        .and_then(|p| serde_json::from_str(p).ok())
+        .and_then(ProgressCounts::parse)
         .unwrap_or_default();
-    let n = |k: &str| p[k].as_u64().unwrap_or(0);
-    (n("done") + n("failed"), n("total"))
+    (p.answered(), p.total.unwrap_or(0))
 }
 
 fn left_of(progress: &Option<String>) -> u64 {
