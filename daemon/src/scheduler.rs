@@ -21,6 +21,7 @@ use tokio::sync::watch;
 use todod_domain::schedule::{Action, Schedule};
 use todod_domain::{Kind, TaskId};
 use todod_engine::phase::gate::Gates;
+use todod_engine::phase::PhaseStore;
 use todod_store::{DueSchedule, FiringClaim, Store};
 
 /// Where the scheduler reads the time, and how it waits for it.
@@ -359,7 +360,10 @@ async fn fire(
         }
         Action::Remeasure => {
             let found = todod_engine::phase::kinds::feasibility::remeasure::remeasure(
-                store, gates, telemetry, due.task,
+                &PhaseStore::new(store.clone()),
+                gates,
+                telemetry,
+                due.task,
             )
             .await;
             if let (Value::Object(out), Value::Object(found)) = (&mut outcome, found) {

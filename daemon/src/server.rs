@@ -18,7 +18,7 @@ use crate::api::{TodoService, MAX_REQUEST_BYTES, MAX_RESPONSE_BYTES};
 use crate::proto::todos_server::TodosServer;
 use crate::proto::FILE_DESCRIPTOR_SET;
 use todod_engine::phase::files::{RealFs, SharedFs};
-use todod_engine::phase::{runtime, Boundaries};
+use todod_engine::phase::{runtime, Boundaries, PhaseStore};
 use todod_store::Store;
 
 #[derive(Debug, thiserror::Error)]
@@ -286,7 +286,11 @@ pub async fn run(
         gates: gates.clone(),
         telemetry: options.telemetry.clone(),
     };
-    let workers = tokio::spawn(runtime::run(store.clone(), settings, stop_rx.clone()));
+    let workers = tokio::spawn(runtime::run(
+        PhaseStore::new(store.clone()),
+        settings,
+        stop_rx.clone(),
+    ));
     // Schedules fire beside them, on the same stop (a re-measurement holds
     // a run through its gate).
     let scheduler = tokio::spawn(crate::scheduler::run(

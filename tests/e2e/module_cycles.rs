@@ -10,7 +10,11 @@
 //!   uses `commands::plans`, which uses `commands`, is a loop);
 //! - no phase kinds use each other in a loop: a kind is one module that says
 //!   how to read, process and write a record, standing on the seam; one may
-//!   build on another (feasibility measures a generation), never both ways.
+//!   build on another (feasibility measures a generation), never both ways;
+//! - the engine sees the store through its facade
+//!   (`engine/src/phase/phase_store.rs`, `PhaseStore`) only: no other file
+//!   of the engine names `todod_store::Store`, so what runs may ask of the
+//!   store is that file's list.
 //!
 //! Uses are read as `crate::`, `super::` and `self::` paths, grouped imports
 //! (`use super::{a, b::{c, d}}`) expanded, each resolved to the file that
@@ -305,6 +309,69 @@ fn no_kinds_use_each_other_in_a_loop() {
     );
     let found = loops(&between);
     assert!(found.is_empty(), "kinds that use each other: {found:?}");
+}
+
+/// The paths below crate `krate` (`todod_store`) that `source` names,
+/// grouped imports expanded (`todod_store::{Error, Store}` gives both).
+fn names_in(krate: &str, source: &str) -> Vec<String> {
+    let code = code_of(source);
+    let start = format!("{krate}::");
+    let mut paths = Vec::new();
+    for (at, _) in code.match_indices(&start) {
+        let before = code[..at].chars().last();
+        if before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':') {
+            continue;
+        }
+        read_tree(&code[at + start.len()..], &[], &mut paths);
+    }
+    paths.into_iter().map(|p| p.join("::")).collect()
+}
+
+#[test]
+fn the_engine_sees_the_store_through_its_facade_only() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../engine/src");
+    let facade = "phase::phase_store";
+    let modules = modules(&src);
+    assert!(
+        modules.contains_key(facade),
+        "the facade moved: {modules:?}"
+    );
+    let mut found = Vec::new();
+    for (module, path) in &modules {
+        let names = names_in("todod_store", &std::fs::read_to_string(path).unwrap());
+        if module == facade {
+            assert!(
+                names.iter().any(|n| n == "Store"),
+                "the facade wraps the store"
+            );
+            continue;
+        }
+        found.extend(
+            names
+                .iter()
+                .filter(|n| *n == "Store" || n.starts_with("Store::") || n.is_empty())
+                .map(|n| {
+                    format!(
+                        "{module}: todod_store::{}",
+                        if n.is_empty() { "*" } else { n }
+                    )
+                }),
+        );
+    }
+    assert!(
+        found.is_empty(),
+        "the engine names the store's own type outside its facade (add what it needs to \
+         PhaseStore instead):\n{}",
+        found.join("\n")
+    );
+    assert_eq!(
+        names_in(
+            "todod_store",
+            "use todod_store::{Error as E, Store};\nuse todod_store::*;\nfn f() { todod_store::Store::open(); }"
+        ),
+        ["Error", "Store", "", "Store::open"],
+        "the reader sees grouped imports and paths in code"
+    );
 }
 
 #[test]

@@ -22,7 +22,7 @@ use todod_engine::phase::record_pipeline::{
     self, Files, PassEnd, PassPlan, Processor, RecordPhase,
 };
 use todod_engine::phase::state::{InputState, PassCounts, PhaseState};
-use todod_engine::phase::{Boundaries, RunContext};
+use todod_engine::phase::{Boundaries, PhaseStore, RunContext};
 use todod_store::{Store, WriteContext};
 
 /// `{"id": "r7", "n": 7}` becomes `{"id": "r7", "square": 49}`.
@@ -132,7 +132,7 @@ async fn bench(lines: usize) -> (Bench, Vec<i64>) {
         attempt,
         shard: None,
         spec: "{}".into(),
-        store,
+        store: PhaseStore::new(store),
         stop,
         fs: Arc::new(fs.clone()) as SharedFs,
         bounds: Arc::new(Boundaries::default()),

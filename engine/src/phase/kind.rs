@@ -14,9 +14,9 @@ use serde::Serialize;
 
 use super::plan_step::PlanStep;
 use super::{Boundaries, Ended, RunContext};
+use crate::phase::PhaseStore;
 use todod_domain::schedule::Action;
 use todod_domain::{Claim, Error, Kind, TaskId};
-use todod_store::Store;
 
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
@@ -131,7 +131,7 @@ pub trait PhaseKind: Send + Sync + 'static {
     /// (a feasibility writes its report again with how the generation it
     /// vouched for went).
     fn dependent_completed(
-        _store: &Store,
+        _store: &PhaseStore,
         _fs: &dyn super::files::Fs,
         _task: TaskId,
         _dependent: (TaskId, Kind, &str),
@@ -141,7 +141,7 @@ pub trait PhaseKind: Send + Sync + 'static {
 
     /// The task's report as a page, if the kind writes one.
     fn report(
-        _store: &Store,
+        _store: &PhaseStore,
         _task: TaskId,
     ) -> impl Future<Output = Result<Option<String>, String>> + Send {
         async { Ok(None) }
@@ -168,14 +168,14 @@ pub trait AnyKind: Send + Sync {
     fn view(&self, result_json: &str) -> Option<View>;
     fn dependent_completed<'a>(
         &'a self,
-        store: &'a Store,
+        store: &'a PhaseStore,
         fs: &'a dyn super::files::Fs,
         task: TaskId,
         dependent: (TaskId, Kind, &'a str),
     ) -> BoxFuture<'a, Result<(), String>>;
     fn report<'a>(
         &'a self,
-        store: &'a Store,
+        store: &'a PhaseStore,
         task: TaskId,
     ) -> BoxFuture<'a, Result<Option<String>, String>>;
 }
@@ -250,7 +250,7 @@ impl<K: PhaseKind> AnyKind for Entry<K> {
 
     fn dependent_completed<'a>(
         &'a self,
-        store: &'a Store,
+        store: &'a PhaseStore,
         fs: &'a dyn super::files::Fs,
         task: TaskId,
         dependent: (TaskId, Kind, &'a str),
@@ -260,7 +260,7 @@ impl<K: PhaseKind> AnyKind for Entry<K> {
 
     fn report<'a>(
         &'a self,
-        store: &'a Store,
+        store: &'a PhaseStore,
         task: TaskId,
     ) -> BoxFuture<'a, Result<Option<String>, String>> {
         Box::pin(K::report(store, task))

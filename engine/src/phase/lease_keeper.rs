@@ -11,11 +11,11 @@ use std::sync::{Arc, Mutex};
 
 use tokio::time::Instant;
 
-use todod_store::Store;
+use crate::phase::PhaseStore;
 
 /// How often the leases of running runs are renewed: a third of their term,
 /// so that two renewals may fail before one expires.
-pub fn renew_every(store: &Store) -> std::time::Duration {
+pub fn renew_every(store: &PhaseStore) -> std::time::Duration {
     store.lease() / 3
 }
 
@@ -30,7 +30,7 @@ pub struct LeaseKeeper {
 
 impl LeaseKeeper {
     /// Starts renewing the leases of daemon run `run_id`'s attempts.
-    pub fn start(store: Store, run_id: String) -> LeaseKeeper {
+    pub fn start(store: PhaseStore, run_id: String) -> LeaseKeeper {
         let renewed = Arc::new(Mutex::new(Instant::now()));
         let runs = Arc::new(AtomicUsize::new(0));
         let (stamp, count) = (renewed.clone(), runs.clone());
@@ -75,7 +75,7 @@ impl LeaseKeeper {
 
     /// Whether the lease taken at `taken` (sent then) may have lapsed:
     /// neither taken nor renewed within 90 % of the term.
-    pub fn lapsed(&self, store: &Store, taken: Instant) -> bool {
+    pub fn lapsed(&self, store: &PhaseStore, taken: Instant) -> bool {
         let renewed = *self.renewed.lock().unwrap_or_else(|p| p.into_inner());
         renewed.max(taken).elapsed() >= store.lease().mul_f64(0.9)
     }

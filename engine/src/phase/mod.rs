@@ -12,6 +12,9 @@
 //!   [`lines`] (bounded line reading, the input survey), [`cursor`] (which
 //!   lines are committed) and [`state`] (the checkpoint document).
 //! - [`plan_step`] is what a kind contributes to the plan file.
+//! - [`phase_store`] is the store as the engine sees it ([`PhaseStore`]):
+//!   only the reads and writes runs make, the one place that names the
+//!   store's own type.
 //! - One module per kind (`kinds/`) says how to read, process and write
 //!   its records.
 pub(crate) mod cpu_pass;
@@ -23,6 +26,7 @@ pub mod kinds;
 pub(crate) mod lease_keeper;
 pub mod lines;
 pub(crate) mod model;
+pub mod phase_store;
 pub mod places;
 pub(crate) mod plan_step;
 pub(crate) mod reach;
@@ -38,10 +42,10 @@ use std::sync::Arc;
 
 use tokio::sync::watch;
 
+pub use phase_store::PhaseStore;
 pub use spec::Boundaries;
 pub use state::PhaseState;
 use todod_domain::TaskId;
-use todod_store::Store;
 
 /// What a phase run is given.
 #[derive(Clone)]
@@ -56,7 +60,7 @@ pub struct RunContext {
     pub shard: Option<todod_domain::shards::Shard>,
     /// The task's spec, as the registry checked it at creation.
     pub spec: String,
-    pub store: Store,
+    pub store: PhaseStore,
     /// Turns true when the run must stop (cancel, pause, shutdown).
     pub stop: watch::Receiver<bool>,
     pub fs: files::SharedFs,

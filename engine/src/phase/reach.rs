@@ -11,8 +11,8 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::time::Duration;
 
+use crate::phase::PhaseStore;
 use todod_domain::TaskId;
-use todod_store::Store;
 
 /// How long the directories may take to answer: a hard-mounted network file
 /// system whose server is gone hangs a `stat` for ever.
@@ -109,7 +109,7 @@ impl Unreached {
     /// directory the task writes into. Not while that is still being
     /// checked. A refusal is recorded in the task's history once per
     /// reason.
-    pub async fn may_claim(&mut self, store: &Store, task: TaskId, run_id: &str) -> bool {
+    pub async fn may_claim(&mut self, store: &PhaseStore, task: TaskId, run_id: &str) -> bool {
         if !store.is_shared() {
             return true;
         }
@@ -131,7 +131,7 @@ impl Unreached {
 
     /// The answer for `task`: `Some(None)` reachable, `Some(Some(why))`
     /// not, `None` still being checked.
-    async fn answer(&mut self, store: &Store, task: TaskId) -> Option<Option<String>> {
+    async fn answer(&mut self, store: &PhaseStore, task: TaskId) -> Option<Option<String>> {
         let now = tokio::time::Instant::now();
         let check = self.checks.entry(task).or_default();
         if let (None, Some((at, why))) = (&check.pending, &check.answer) {

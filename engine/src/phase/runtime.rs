@@ -23,8 +23,9 @@ use super::lease_keeper::{renew_every, LeaseKeeper};
 use super::reach::Unreached;
 use super::units::{self, Look, Mine, Start, Unit};
 use super::{kinds, Boundaries, Ended, RunContext};
+use crate::phase::PhaseStore;
 use todod_domain::{Status, TaskId};
-use todod_store::{Error as StoreError, PhaseTask, ShardRow, Store};
+use todod_store::{Error as StoreError, PhaseTask, ShardRow};
 
 /// Phase runs at once; more wait their turn.
 pub const MAX_RUNNING: usize = 4;
@@ -80,7 +81,7 @@ struct Running {
 
 /// Starts what `start` says, if the store agrees; the run's unit and
 /// attempt when it started one.
-async fn begin(store: &Store, start: Start, run_id: &str) -> Option<(Unit, String)> {
+async fn begin(store: &PhaseStore, start: Start, run_id: &str) -> Option<(Unit, String)> {
     let attempt = new_attempt(run_id);
     let (unit, taken) = match start {
         Start::Begin(unit) => (
@@ -121,7 +122,7 @@ async fn begin(store: &Store, start: Start, run_id: &str) -> Option<(Unit, Strin
 
 /// Runs until `shutdown` turns true; then stops every run, leaving them to be
 /// resumed by the next daemon.
-pub async fn run(store: Store, settings: Settings, mut shutdown: watch::Receiver<bool>) {
+pub async fn run(store: PhaseStore, settings: Settings, mut shutdown: watch::Receiver<bool>) {
     let mut committed = store.subscribe();
     let mut running: HashMap<Unit, Running> = HashMap::new();
     let mut active: JoinSet<Unit> = JoinSet::new();
@@ -196,7 +197,7 @@ pub async fn run(store: Store, settings: Settings, mut shutdown: watch::Receiver
 /// cancelled, taken) or that this daemon should hand back, and starts what
 /// is to run.
 async fn look(
-    store: &Store,
+    store: &PhaseStore,
     settings: &Settings,
     tasks: &[PhaseTask],
     (running, active, unreached): (
@@ -313,7 +314,7 @@ async fn look(
 /// How many daemons share the shards of the `sharded` tasks: those alive
 /// on a shared database (this one counted), and by task those of them
 /// that said they cannot reach it.
-async fn sharers(store: &Store, sharded: &[TaskId]) -> (usize, HashMap<TaskId, usize>) {
+async fn sharers(store: &PhaseStore, sharded: &[TaskId]) -> (usize, HashMap<TaskId, usize>) {
     if !store.is_shared() || sharded.is_empty() {
         return (1, HashMap::new());
     }

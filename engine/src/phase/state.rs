@@ -11,8 +11,8 @@ use serde_json::Value;
 
 use super::cursor::Cursor;
 use super::files::{FileState, InputIdentity};
+use crate::phase::PhaseStore;
 use todod_domain::TaskId;
-use todod_store::Store;
 
 /// The input of a pass, surveyed before its first line was processed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -87,13 +87,13 @@ pub struct PhaseState {
 }
 
 impl PhaseState {
-    pub async fn load(store: &Store, task: TaskId) -> Result<Option<PhaseState>, String> {
+    pub async fn load(store: &PhaseStore, task: TaskId) -> Result<Option<PhaseState>, String> {
         PhaseState::load_of(store, task, None).await
     }
 
     /// The last checkpoint of `task`'s `shard` (of the whole task if `None`).
     pub async fn load_of(
-        store: &Store,
+        store: &PhaseStore,
         task: TaskId,
         shard: Option<u32>,
     ) -> Result<Option<PhaseState>, String> {
@@ -111,7 +111,7 @@ impl PhaseState {
 
     /// The checkpoint a run resumes from: the task's last one, or a fresh
     /// one for its first run.
-    pub async fn resume(store: &Store, task: TaskId) -> Result<PhaseState, String> {
+    pub async fn resume(store: &PhaseStore, task: TaskId) -> Result<PhaseState, String> {
         Ok(PhaseState::load(store, task).await?.unwrap_or_default())
     }
 

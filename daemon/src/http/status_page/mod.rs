@@ -32,6 +32,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use crate::api::auth::BearerAuth;
 use crate::api::logins::{self, percent_encode, Logins, COOKIE, SESSION_TTL};
 use todod_domain::TaskId;
+use todod_engine::phase::PhaseStore;
 use todod_store::Store;
 
 /// What every listener's page shares: the logins (which the API mints) and
@@ -319,7 +320,7 @@ async fn report(State(page): State<Page>, Path(id): Path<String>, headers: Heade
     let Some(kind) = todod_engine::phase::kinds::get(task.kind) else {
         return not_found("this task writes no report");
     };
-    match kind.report(&page.store, id).await {
+    match kind.report(&PhaseStore::new(page.store.clone()), id).await {
         Ok(Some(html)) => {
             let mut response = guarded(StatusCode::OK, HTML, html);
             response.headers_mut().insert(

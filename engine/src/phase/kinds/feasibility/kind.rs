@@ -11,7 +11,7 @@ use crate::phase::plan_step::{self, Derived, Flow, PlanFile, PlanStep};
 use crate::phase::{Boundaries, Ended, RunContext};
 use todod_proto::results::{self, FeasibilityResult, GenerationResult};
 use todod_proto::readable::duration;
-use todod_store::Store;
+use crate::phase::PhaseStore;
 
 pub struct Feasibility;
 
@@ -119,7 +119,7 @@ impl PhaseKind for Feasibility {
     }
 
     async fn dependent_completed(
-        store: &Store,
+        store: &PhaseStore,
         fs: &dyn crate::phase::files::Fs,
         task: TaskId,
         (dependent, kind, result): (TaskId, Kind, &str),
@@ -136,7 +136,7 @@ impl PhaseKind for Feasibility {
         }
     }
 
-    async fn report(store: &Store, task: TaskId) -> Result<Option<String>, String> {
+    async fn report(store: &PhaseStore, task: TaskId) -> Result<Option<String>, String> {
         super::outcomes::report_now(store, task).await
     }
 }

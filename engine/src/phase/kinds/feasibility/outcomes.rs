@@ -3,11 +3,11 @@
 use super::report;
 use todod_domain::{Status, TaskId};
 use todod_proto::results::{self, FeasibilityResult, GenerationResult, HeldOutcome};
-use todod_store::Store;
+use crate::phase::PhaseStore;
 
 /// The outcomes (`GenerationResult::projection`) of the completed
 /// generations held to feasibility `task`, by task id, in id order.
-async fn held_runs(store: &Store, task: TaskId) -> Result<Vec<(String, HeldOutcome)>, String> {
+async fn held_runs(store: &PhaseStore, task: TaskId) -> Result<Vec<(String, HeldOutcome)>, String> {
     let mut runs = Vec::new();
     let dependents = store
         .dependents(task)
@@ -31,7 +31,7 @@ async fn held_runs(store: &Store, task: TaskId) -> Result<Vec<(String, HeldOutco
 
 /// The task's result and the path its spec writes the report to.
 async fn feasibility(
-    store: &Store,
+    store: &PhaseStore,
     task: TaskId,
 ) -> Result<Option<(FeasibilityResult, Option<String>)>, String> {
     let t = store
@@ -61,7 +61,7 @@ fn render(result: &FeasibilityResult, runs: &mut [(String, HeldOutcome)]) -> Str
 /// the completed ones and `ending` (a generation whose completion is being
 /// committed, with its outcome), each actual time against the band.
 pub async fn report_outcome(
-    store: &Store,
+    store: &PhaseStore,
     fs: &dyn crate::phase::files::Fs,
     task: TaskId,
     ending: (TaskId, &HeldOutcome),
@@ -84,7 +84,7 @@ pub async fn report_outcome(
 
 /// Feasibility `task`'s report as it stands: rendered from its result and
 /// its generations' outcomes (the same bytes as the file, once written).
-pub async fn report_now(store: &Store, task: TaskId) -> Result<Option<String>, String> {
+pub async fn report_now(store: &PhaseStore, task: TaskId) -> Result<Option<String>, String> {
     let Some((result, _)) = feasibility(store, task).await? else {
         return Ok(None);
     };

@@ -26,7 +26,7 @@ use crate::phase::kinds::generation::held::{self as vouch, Vouch};
 use crate::phase::kinds::generation::prompts::Prompt;
 use crate::phase::kinds::generation::GenerationSpec;
 use todod_proto::results::{self, Compared, FeasibilityResult, Remeasured};
-use todod_store::Store;
+use crate::phase::PhaseStore;
 
 /// How much longer than a request's deadline the drain may take.
 const DRAIN_SLACK: Duration = Duration::from_secs(30);
@@ -35,7 +35,7 @@ const DRAIN_SLACK: Duration = Duration::from_secs(30);
 /// Its requests are counted in `telemetry` under the generation's task,
 /// kind `remeasure`.
 pub async fn remeasure(
-    store: &Store,
+    store: &PhaseStore,
     gates: &Gates,
     telemetry: &todod_telemetry::Telemetry,
     task: TaskId,
@@ -47,7 +47,7 @@ pub async fn remeasure(
 }
 
 async fn inner(
-    store: &Store,
+    store: &PhaseStore,
     gates: &Gates,
     telemetry: &todod_telemetry::Telemetry,
     task: TaskId,

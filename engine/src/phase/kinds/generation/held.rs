@@ -14,7 +14,7 @@ use todod_domain::{Kind, Status, TaskId};
 use todod_proto::results::{
     self, Estimate, FeasibilityResult, HeldOutcome, Projection, Remeasured,
 };
-use todod_store::Store;
+use crate::phase::PhaseStore;
 
 /// A completed feasibility dependency's word on a generation.
 #[derive(Debug, Clone)]
@@ -60,7 +60,7 @@ impl Vouch {
 
 /// The vouch of the most recently finished completed feasibility task that
 /// `task` depends on, if any.
-pub async fn of(store: &Store, task: TaskId) -> Result<Option<Vouch>, String> {
+pub async fn of(store: &PhaseStore, task: TaskId) -> Result<Option<Vouch>, String> {
     let me = store
         .get_task(task)
         .await
