@@ -380,25 +380,7 @@ pub async fn run<P: RecordPhase>(
     processor: Processor<P>,
 ) -> Result<PassEnd, String> {
     let input = state.input.clone().expect("an opened pass has its input");
-    // The committed line numbers mean these lines only if the file is unchanged.
-    let mut reader = LineReader::open(
-        &input.path,
-        state.cursor.offset,
-        state.cursor.next,
-        phase.max_line_bytes(),
-    )
-    .map_err(io_error(&format!("cannot read {}", input.path.display())))?;
-    let now = super::files::InputIdentity::of(reader.file())
-        .map_err(io_error(&format!("cannot read {}", input.path.display())))?;
-    if now != input.identity {
-        return Err(format!(
-            "{} changed since this pass started ({} bytes then, {} now); its committed line \
-             numbers would no longer mean the same lines. Restore it, or start a new task",
-            input.path.display(),
-            input.identity.len,
-            now.len
-        ));
-    }
+    let reader = reopen_input(&input, &state.cursor, phase.max_line_bytes())?;
     let duplicates: HashSet<u64> = run
         .store
         .phase_duplicates(run.task, duplicates_key(run, state.pass), state.cursor.next)
@@ -411,8 +393,6 @@ pub async fn run<P: RecordPhase>(
         state.counts.written = vec![0; outputs.len()];
     }
 
-    let cursor = state.cursor.clone();
-    let lines = input.lines;
     // Room for what arrives while a checkpoint syncs: a request that finished
     // waits here for a place, not to send its next request. A CPU worker's
     // message is a batch of up to CPU_BATCH lines, so fewer of those.
@@ -420,149 +400,26 @@ pub async fn run<P: RecordPhase>(
         Processor::Async { .. } => DRAIN,
         Processor::Cpu { .. } => 64,
     };
-    let (done_tx, mut done_rx) = mpsc::channel::<(u64, DoneLines<P::Output>)>(room);
+    let (done_tx, done_rx) = mpsc::channel::<(u64, DoneLines<P::Output>)>(room);
+    let feed = Feed {
+        phase: phase.clone(),
+        reader,
+        cursor: state.cursor.clone(),
+        lines: input.lines,
+        shard: input.shard,
+        duplicates,
+        done_tx,
+    };
     let mut workers = tokio::task::JoinSet::new();
-    let ordered;
-    let reading = match processor {
+    let (reading, ordered) = match processor {
         Processor::Async {
             concurrency,
             process,
-        } => {
-            ordered = false;
-            // Many requesters take from one queue.
-            let (work_tx, work_rx) = async_channel::bounded::<(Line, P::Item)>(concurrency * 2);
-            for _ in 0..concurrency {
-                let (work_rx, done_tx, process) =
-                    (work_rx.clone(), done_tx.clone(), process.clone());
-                workers.spawn(async move {
-                    loop {
-                        let Ok((line, item)) = work_rx.recv().await else {
-                            return;
-                        };
-                        let output = process(item).await;
-                        if done_tx
-                            .send((0, vec![(line, Done::Record(output))]))
-                            .await
-                            .is_err()
-                        {
-                            return;
-                        }
-                    }
-                });
-            }
-            // The reader thread hands over lines in batches, and a task on
-            // the run's own runtime deals them out: the thread then wakes
-            // once a batch, not once a record.
-            let (batch_tx, mut batch_rx) = mpsc::channel::<Vec<(Line, P::Item)>>(4);
-            workers.spawn(async move {
-                while let Some(batch) = batch_rx.recv().await {
-                    for item in batch {
-                        if work_tx.send(item).await.is_err() {
-                            return;
-                        }
-                    }
-                }
-            });
-            let (phase, done_tx) = (phase.clone(), done_tx.clone());
-            let shard = input.shard;
-            tokio::task::spawn_blocking(move || -> io::Result<()> {
-                let mut batch = Vec::with_capacity(CPU_BATCH);
-                let mut skipped = Vec::new();
-                while let Some(raw) = next_to_do(&mut reader, &cursor, lines)? {
-                    let line = raw.line;
-                    if shard.is_some_and(|s| !s.owns(line.number)) {
-                        skipped.push((line, Done::Skipped));
-                        if skipped.len() >= CPU_BATCH
-                            && done_tx
-                                .blocking_send((0, std::mem::take(&mut skipped)))
-                                .is_err()
-                        {
-                            return Ok(());
-                        }
-                        continue;
-                    }
-                    match screen(&*phase, raw, &duplicates) {
-                        Ok(item) => batch.push((line, item)),
-                        Err(reason) => {
-                            let reject = (0, vec![(line, Done::Rejected(reason))]);
-                            if done_tx.blocking_send(reject).is_err() {
-                                return Ok(()); // the run stopped
-                            }
-                        }
-                    }
-                    if batch.len() >= CPU_BATCH
-                        && batch_tx.blocking_send(std::mem::take(&mut batch)).is_err()
-                    {
-                        return Ok(());
-                    }
-                }
-                if !batch.is_empty() {
-                    let _ = batch_tx.blocking_send(batch);
-                }
-                if !skipped.is_empty() {
-                    let _ = done_tx.blocking_send((0, skipped));
-                }
-                Ok(())
-            })
-        }
+        } => (feed_async(feed, concurrency, process, &mut workers), false),
         Processor::Cpu { threads, process } => {
-            ordered = true;
-            let (batch_tx, batch_rx) =
-                std::sync::mpsc::sync_channel::<(u64, Vec<RawLine>)>(threads * 2);
-            let batch_rx = Arc::new(Mutex::new(batch_rx));
-            let shard = input.shard;
-            for _ in 0..threads.max(1) {
-                let (batch_rx, done_tx, process, phase, duplicates) = (
-                    batch_rx.clone(),
-                    done_tx.clone(),
-                    process.clone(),
-                    phase.clone(),
-                    duplicates.clone(),
-                );
-                workers.spawn_blocking(move || loop {
-                    let next = batch_rx.lock().unwrap_or_else(|p| p.into_inner()).recv();
-                    let Ok((seq, lines)) = next else { return };
-                    let done = lines
-                        .into_iter()
-                        .map(|raw| {
-                            let line = raw.line;
-                            if shard.is_some_and(|s| !s.owns(line.number)) {
-                                return (line, Done::Skipped);
-                            }
-                            match screen(&*phase, raw, &duplicates) {
-                                Ok(item) => (line, Done::Record(process(item))),
-                                Err(reason) => (line, Done::Rejected(reason)),
-                            }
-                        })
-                        .collect();
-                    if done_tx.blocking_send((seq, done)).is_err() {
-                        return;
-                    }
-                });
-            }
-            tokio::task::spawn_blocking(move || -> io::Result<()> {
-                let mut seq = 0u64;
-                let mut batch = Vec::with_capacity(CPU_BATCH);
-                let mut bytes = 0usize;
-                while let Some(raw) = next_to_do(&mut reader, &cursor, lines)? {
-                    bytes += raw.bytes.len();
-                    batch.push(raw);
-                    if batch.len() >= CPU_BATCH || bytes >= 1 << 20 {
-                        if batch_tx.send((seq, std::mem::take(&mut batch))).is_err() {
-                            return Ok(());
-                        }
-                        seq += 1;
-                        bytes = 0;
-                    }
-                }
-                if !batch.is_empty() {
-                    let _ = batch_tx.send((seq, batch));
-                }
-                Ok(())
-            })
+            (feed_cpu(feed, threads, process, &mut workers), true)
         }
     };
-    drop(done_tx);
 
     let mut committer = Committer {
         run,
@@ -580,77 +437,18 @@ pub async fn run<P: RecordPhase>(
         arrived: Vec::new(),
     };
     committer.committed_at_start = input.own_committed(&committer.state.cursor);
-    let mut pending: BTreeMap<u64, DoneLines<P::Output>> = BTreeMap::new();
-    let mut next_seq = 0u64;
-    let mut stop = run.stop.clone();
-    // One timer for the loop, moved on each time it fires (a timer made per
-    // iteration went into the wheel and out again per record), and the
-    // records that arrived meanwhile taken all at once.
-    let tick = tokio::time::sleep(CHECKPOINT_EVERY);
-    tokio::pin!(tick);
-    let mut arrived = Vec::with_capacity(DRAIN);
-    let mut ready = Vec::with_capacity(DRAIN);
-    let finished = loop {
-        let step = tokio::select! {
-            n = done_rx.recv_many(&mut arrived, DRAIN) => Some(n),
-            () = &mut tick => None,
-            _ = super::stopped(&mut stop) => break false,
-        };
-        match step {
-            Some(0) => break true,
-            Some(_) => {
-                // In line order on the CPU path: a worker that was slow with
-                // one batch releases all the batches held behind it at once.
-                for (seq, done) in arrived.drain(..) {
-                    if ordered {
-                        pending.insert(seq, done);
-                        while let Some(done) = pending.remove(&next_seq) {
-                            next_seq += 1;
-                            ready.push(done);
-                        }
-                    } else {
-                        ready.push(done);
-                    }
-                }
-                let mut lost = false;
-                for done in ready.drain(..) {
-                    committer.take(&*phase, done, &mut stats)?;
-                    // Checked per message, so that a checkpoint stays within
-                    // BATCH (plus one message) however much arrived or was
-                    // released at once.
-                    if committer.due() {
-                        if !committer.checkpoint(&*phase, &stats).await? {
-                            lost = true;
-                            break;
-                        }
-                        let next = tokio::time::Instant::from_std(committer.last);
-                        tick.as_mut().reset(next + CHECKPOINT_EVERY);
-                    }
-                }
-                if lost {
-                    break false;
-                }
-            }
-            None => {
-                if !committer.checkpoint(&*phase, &stats).await? {
-                    break false;
-                }
-                tick.as_mut()
-                    .reset(tokio::time::Instant::now() + CHECKPOINT_EVERY);
-            }
-        }
-    };
+    let drained = commit_arrivals(&mut committer, &*phase, &mut stats, done_rx, ordered).await;
     workers.abort_all();
-    if !finished {
+    let Some(held_back) = drained? else {
         // What is appended but not committed is cut on resume.
         return Ok(PassEnd::Stopped);
-    }
+    };
     reading
         .await
         .map_err(|e| format!("the input reader failed: {e}"))?
         .map_err(io_error(&format!("cannot read {}", input.path.display())))?;
     let reached = committer.progress.snapshot();
-    if !pending.is_empty() || reached.next != input.lines + 1 || !reached.ahead.is_empty() {
+    if held_back > 0 || reached.next != input.lines + 1 || !reached.ahead.is_empty() {
         return Err(format!(
             "{} ended at line {} of the {} it had when the pass started; it was cut meanwhile",
             input.path.display(),
@@ -666,6 +464,279 @@ pub async fn run<P: RecordPhase>(
     }
     let outputs = std::mem::take(&mut committer.outputs);
     Ok(PassEnd::Complete(Box::new(state), outputs))
+}
+
+/// The pass's input, opened again at the checkpoint `cursor`; refused if
+/// the file changed since the pass surveyed it, since its committed line
+/// numbers would no longer mean the same lines.
+fn reopen_input(
+    input: &InputState,
+    cursor: &super::cursor::Cursor,
+    max_line_bytes: usize,
+) -> Result<LineReader, String> {
+    let cannot_read = format!("cannot read {}", input.path.display());
+    let reader = LineReader::open(&input.path, cursor.offset, cursor.next, max_line_bytes)
+        .map_err(io_error(&cannot_read))?;
+    let now = super::files::InputIdentity::of(reader.file()).map_err(io_error(&cannot_read))?;
+    if now != input.identity {
+        return Err(format!(
+            "{} changed since this pass started ({} bytes then, {} now); its committed line \
+             numbers would no longer mean the same lines. Restore it, or start a new task",
+            input.path.display(),
+            input.identity.len,
+            now.len
+        ));
+    }
+    Ok(reader)
+}
+
+/// What the reader and the workers share: where the lines to do come from,
+/// and where what each came to goes.
+struct Feed<P: RecordPhase> {
+    phase: Arc<P>,
+    reader: LineReader,
+    /// The committed lines, skipped.
+    cursor: super::cursor::Cursor,
+    /// The lines the survey counted (lines appended since are not this pass's).
+    lines: u64,
+    /// The shard whose lines are this pass's; the others are skipped.
+    shard: Option<todod_domain::shards::Shard>,
+    /// Lines found to repeat an earlier record id, rejected.
+    duplicates: HashSet<u64>,
+    done_tx: mpsc::Sender<(u64, DoneLines<P::Output>)>,
+}
+
+/// The reader thread, whose end says whether the input read to its end.
+type Reading = tokio::task::JoinHandle<io::Result<()>>;
+
+/// Starts `concurrency` async requesters taking from one queue, fed by a
+/// reader thread in batches; results are handed on as they finish.
+fn feed_async<P: RecordPhase>(
+    feed: Feed<P>,
+    concurrency: usize,
+    process: Arc<dyn Fn(P::Item) -> BoxFuture<P::Output> + Send + Sync>,
+    workers: &mut tokio::task::JoinSet<()>,
+) -> Reading {
+    let Feed {
+        phase,
+        mut reader,
+        cursor,
+        lines,
+        shard,
+        duplicates,
+        done_tx,
+    } = feed;
+    // Many requesters take from one queue.
+    let (work_tx, work_rx) = async_channel::bounded::<(Line, P::Item)>(concurrency * 2);
+    for _ in 0..concurrency {
+        let (work_rx, done_tx, process) = (work_rx.clone(), done_tx.clone(), process.clone());
+        workers.spawn(async move {
+            loop {
+                let Ok((line, item)) = work_rx.recv().await else {
+                    return;
+                };
+                let output = process(item).await;
+                if done_tx
+                    .send((0, vec![(line, Done::Record(output))]))
+                    .await
+                    .is_err()
+                {
+                    return;
+                }
+            }
+        });
+    }
+    // The reader thread hands over lines in batches, and a task on the
+    // run's own runtime deals them out: the thread then wakes once a batch,
+    // not once a record.
+    let (batch_tx, mut batch_rx) = mpsc::channel::<Vec<(Line, P::Item)>>(4);
+    workers.spawn(async move {
+        while let Some(batch) = batch_rx.recv().await {
+            for item in batch {
+                if work_tx.send(item).await.is_err() {
+                    return;
+                }
+            }
+        }
+    });
+    tokio::task::spawn_blocking(move || -> io::Result<()> {
+        let mut batch = Vec::with_capacity(CPU_BATCH);
+        let mut skipped = Vec::new();
+        while let Some(raw) = next_to_do(&mut reader, &cursor, lines)? {
+            let line = raw.line;
+            if shard.is_some_and(|s| !s.owns(line.number)) {
+                skipped.push((line, Done::Skipped));
+                if skipped.len() >= CPU_BATCH
+                    && done_tx
+                        .blocking_send((0, std::mem::take(&mut skipped)))
+                        .is_err()
+                {
+                    return Ok(());
+                }
+                continue;
+            }
+            match screen(&*phase, raw, &duplicates) {
+                Ok(item) => batch.push((line, item)),
+                Err(reason) => {
+                    let reject = (0, vec![(line, Done::Rejected(reason))]);
+                    if done_tx.blocking_send(reject).is_err() {
+                        return Ok(()); // the run stopped
+                    }
+                }
+            }
+            if batch.len() >= CPU_BATCH
+                && batch_tx.blocking_send(std::mem::take(&mut batch)).is_err()
+            {
+                return Ok(());
+            }
+        }
+        if !batch.is_empty() {
+            let _ = batch_tx.blocking_send(batch);
+        }
+        if !skipped.is_empty() {
+            let _ = done_tx.blocking_send((0, skipped));
+        }
+        Ok(())
+    })
+}
+
+/// Starts `threads` worker threads over numbered batches of lines from a
+/// reader thread; each batch comes back under its number, so the
+/// committer can keep the input's order.
+fn feed_cpu<P: RecordPhase>(
+    feed: Feed<P>,
+    threads: usize,
+    process: Arc<dyn Fn(P::Item) -> P::Output + Send + Sync>,
+    workers: &mut tokio::task::JoinSet<()>,
+) -> Reading {
+    let Feed {
+        phase,
+        mut reader,
+        cursor,
+        lines,
+        shard,
+        duplicates,
+        done_tx,
+    } = feed;
+    let (batch_tx, batch_rx) = std::sync::mpsc::sync_channel::<(u64, Vec<RawLine>)>(threads * 2);
+    let batch_rx = Arc::new(Mutex::new(batch_rx));
+    for _ in 0..threads.max(1) {
+        let (batch_rx, done_tx, process, phase, duplicates) = (
+            batch_rx.clone(),
+            done_tx.clone(),
+            process.clone(),
+            phase.clone(),
+            duplicates.clone(),
+        );
+        workers.spawn_blocking(move || loop {
+            let next = batch_rx.lock().unwrap_or_else(|p| p.into_inner()).recv();
+            let Ok((seq, lines)) = next else { return };
+            let done = lines
+                .into_iter()
+                .map(|raw| {
+                    let line = raw.line;
+                    if shard.is_some_and(|s| !s.owns(line.number)) {
+                        return (line, Done::Skipped);
+                    }
+                    match screen(&*phase, raw, &duplicates) {
+                        Ok(item) => (line, Done::Record(process(item))),
+                        Err(reason) => (line, Done::Rejected(reason)),
+                    }
+                })
+                .collect();
+            if done_tx.blocking_send((seq, done)).is_err() {
+                return;
+            }
+        });
+    }
+    tokio::task::spawn_blocking(move || -> io::Result<()> {
+        let mut seq = 0u64;
+        let mut batch = Vec::with_capacity(CPU_BATCH);
+        let mut bytes = 0usize;
+        while let Some(raw) = next_to_do(&mut reader, &cursor, lines)? {
+            bytes += raw.bytes.len();
+            batch.push(raw);
+            if batch.len() >= CPU_BATCH || bytes >= 1 << 20 {
+                if batch_tx.send((seq, std::mem::take(&mut batch))).is_err() {
+                    return Ok(());
+                }
+                seq += 1;
+                bytes = 0;
+            }
+        }
+        if !batch.is_empty() {
+            let _ = batch_tx.send((seq, batch));
+        }
+        Ok(())
+    })
+}
+
+/// Takes what the workers finish (in line order when `ordered`: a worker
+/// that was slow with one batch releases the batches held behind it at
+/// once) and checkpoints every [`BATCH`] records or [`CHECKPOINT_EVERY`],
+/// until every sender is gone. Returns how many batches were still held
+/// back waiting for an earlier one then (none, unless the input was cut),
+/// or `None` when the run was told to stop or lost its task.
+async fn commit_arrivals<P: RecordPhase>(
+    committer: &mut Committer<'_, '_>,
+    phase: &P,
+    stats: &mut P::Stats,
+    mut done_rx: mpsc::Receiver<(u64, DoneLines<P::Output>)>,
+    ordered: bool,
+) -> Result<Option<usize>, String> {
+    let mut pending: BTreeMap<u64, DoneLines<P::Output>> = BTreeMap::new();
+    let mut next_seq = 0u64;
+    let mut stop = committer.run.stop.clone();
+    // One timer for the loop, moved on each time it fires (a timer made per
+    // iteration went into the wheel and out again per record), and the
+    // records that arrived meanwhile taken all at once.
+    let tick = tokio::time::sleep(CHECKPOINT_EVERY);
+    tokio::pin!(tick);
+    let mut arrived = Vec::with_capacity(DRAIN);
+    let mut ready = Vec::with_capacity(DRAIN);
+    loop {
+        let step = tokio::select! {
+            n = done_rx.recv_many(&mut arrived, DRAIN) => Some(n),
+            () = &mut tick => None,
+            _ = super::stopped(&mut stop) => return Ok(None),
+        };
+        match step {
+            Some(0) => return Ok(Some(pending.len())),
+            Some(_) => {
+                for (seq, done) in arrived.drain(..) {
+                    if ordered {
+                        pending.insert(seq, done);
+                        while let Some(done) = pending.remove(&next_seq) {
+                            next_seq += 1;
+                            ready.push(done);
+                        }
+                    } else {
+                        ready.push(done);
+                    }
+                }
+                for done in ready.drain(..) {
+                    committer.take(phase, done, stats)?;
+                    // Checked per message, so that a checkpoint stays within
+                    // BATCH (plus one message) however much arrived or was
+                    // released at once.
+                    if committer.due() {
+                        if !committer.checkpoint(phase, stats).await? {
+                            return Ok(None);
+                        }
+                        let next = tokio::time::Instant::from_std(committer.last);
+                        tick.as_mut().reset(next + CHECKPOINT_EVERY);
+                    }
+                }
+            }
+            None => {
+                if !committer.checkpoint(phase, stats).await? {
+                    return Ok(None);
+                }
+                tick.as_mut()
+                    .reset(tokio::time::Instant::now() + CHECKPOINT_EVERY);
+            }
+        }
+    }
 }
 
 /// The next line not committed yet, among the `lines` the survey counted

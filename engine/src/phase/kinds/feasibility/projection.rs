@@ -192,52 +192,11 @@ pub fn project(
     let r = records as f64;
     let work = seen.work(r);
     let slope = seconds_per_token(level);
-    let mean = |pick: &mut dyn FnMut() -> usize, of: usize, get: &dyn Fn(usize) -> f64| {
-        (0..of).map(|_| get(pick())).sum::<f64>() / of as f64
-    };
-    let latency = |i: usize| level.samples[i].latency;
-    let out = |i: usize| level.samples[i].output_tokens as f64;
-    let set =
-        |get: fn(&Lengths) -> f64| lengths.iter().map(get).sum::<f64>() / lengths.len() as f64;
-    let target = set(|l| l.output_tokens);
-    let mut seq = 0;
-    let mut next = || {
-        seq += 1;
-        (seq - 1) % n
-    };
-    let level_latency = mean(&mut next, n, &latency);
-    let level_length = mean(&mut next, n, &out);
-    let point_rate = rate(c, level_latency, level_length, target, slope);
-    let point = Draw::of(
-        point_rate,
-        r,
-        work,
-        [target, set(|l| l.input_tokens), set(|l| l.bytes)],
-        price,
-    );
-    let mut rng = SplitMix(seed);
-    const ROUNDS: usize = 1000;
-    let p = lengths.len();
-    let draws: Vec<Draw> = (0..ROUNDS)
-        .map(|_| {
-            // The requests of the level, drawn together (a latency goes with
-            // its length), and the prompts of the set.
-            let picks: Vec<usize> = (0..n).map(|_| rng.below(n)).collect();
-            let lat = picks.iter().map(|&i| latency(i)).sum::<f64>() / n as f64;
-            let len = picks.iter().map(|&i| out(i)).sum::<f64>() / n as f64;
-            let prompts: Vec<&Lengths> = (0..p).map(|_| &lengths[rng.below(p)]).collect();
-            let avg =
-                |get: fn(&Lengths) -> f64| prompts.iter().map(|l| get(l)).sum::<f64>() / p as f64;
-            let target = avg(|l| l.output_tokens);
-            Draw::of(
-                rate(c, lat, len, target, slope),
-                r,
-                work,
-                [target, avg(|l| l.input_tokens), avg(|l| l.bytes)],
-                price,
-            )
-        })
-        .collect();
+    let Resampled {
+        point,
+        draws,
+        target,
+    } = resample(level, lengths, r, work, slope, price, seed);
     let interval = |value: f64, get: fn(&Draw) -> f64| {
         let mut v: Vec<f64> = draws.iter().map(get).collect();
         v.sort_by(f64::total_cmp);
@@ -247,54 +206,19 @@ pub fn project(
             high: quantile(&v, 0.975).max(value),
         }
     };
+    let p = lengths.len();
     let mut rate_estimate = interval(point.rate, |d| d.rate);
     let mut method = vec![format!(
         "bootstrap ({ROUNDS} resamples) over the level's {n} requests and the {p} prompts' lengths"
     )];
-    // Between windows: the run's mean rate over its own windows against the
-    // mean of the level's k windows, by Student's t.
-    let bins = level.windows().len().max(1);
-    let windows = window_rates(level, target, slope);
-    if windows.len() >= 2 {
-        let k = windows.len() as f64;
-        let m = windows.iter().sum::<f64>() / k;
-        let sd = (windows.iter().map(|w| (w - m).powi(2)).sum::<f64>() / (k - 1.0)).sqrt();
-        // A window's length is the level's over all its windows, empty ones
-        // included.
-        let window_seconds = level.window_seconds / bins as f64;
-        let run_windows = (work / point.rate.max(1e-9) / window_seconds.max(1e-9)).max(1.0);
-        let half = t975(windows.len() - 1) * sd * (1.0 / k + 1.0 / run_windows).sqrt();
-        // Added to the bootstrap's half-widths in quadrature, not taken as
-        // the larger: the run has its own variation (the client's, the
-        // disk's) that neither shows alone; with the larger only, 17 of 20
-        // seeded trials held.
-        let low = point.rate - rate_estimate.low;
-        let high = rate_estimate.high - point.rate;
-        rate_estimate.low = point.rate - (low * low + half * half).sqrt();
-        rate_estimate.high = point.rate + (high * high + half * half).sqrt();
-        method.push(format!(
-            "widened by the spread of the rate between {} windows of {window_seconds:.1} s \
-             (Student's t, {} df: ±{:.1}%, added in quadrature)",
-            windows.len(),
-            windows.len() - 1,
-            100.0 * half / point.rate.max(1e-9)
-        ));
-    } else {
-        method.push("one window only: no spread between windows to widen by".into());
-    }
-    // The rate the window saw (completions over its length) covers how well
-    // Little's law holds for this server.
-    if level.window_seconds > 0.0 {
-        let seen = n as f64 / level.window_seconds;
-        if seen < rate_estimate.low || seen > rate_estimate.high {
-            method.push(format!(
-                "and by the rate the window saw ({seen:.2} records/s against {:.2} by Little's law)",
-                point.rate
-            ));
-        }
-        rate_estimate.low = rate_estimate.low.min(seen);
-        rate_estimate.high = rate_estimate.high.max(seen);
-    }
+    method.push(widen_between_windows(
+        level,
+        (target, slope),
+        work,
+        point.rate,
+        &mut rate_estimate,
+    ));
+    method.extend(widen_to_the_window_rate(level, point.rate, &mut rate_estimate));
     // Below a tenth of the point the run is not projectable: say so with
     // a wide bound rather than a negative rate.
     rate_estimate.low = rate_estimate.low.max(point.rate * 0.1);
@@ -356,31 +280,176 @@ pub fn project(
         bytes,
         cost,
         interval: Some(method.join("; ")),
-        assumptions: [
-            format!(
-                "the output lengths of the {p} prompts measured stand for the whole set"
-            ),
-            "the server stays as it was measured (no other load, same model and settings); \
-             slower changes than the level's windows show are the drift check's to find"
-                .into(),
-            format!(
-                "the run keeps {} requests in flight throughout, by Little's law c / mean latency{}",
-                level.concurrency,
-                if slope > 0.0 {
-                    format!(", the latency adjusted by {:.1} ms an output token", slope * 1000.0)
-                } else {
-                    String::new()
-                }
-            ),
-        ]
-        .into_iter()
-        .chain(cached.then(|| {
-            "the server still holds the sweep's prompts in its prefix cache when the run asks \
-             them again"
-                .to_string()
-        }))
-        .collect(),
+        assumptions: assumptions(level, p, slope, cached),
     })
+}
+
+/// Resamples of the bootstrap.
+const ROUNDS: usize = 1000;
+
+/// The point projection, its [`ROUNDS`] bootstrap resamples, and the set's
+/// mean output length the point was taken at.
+struct Resampled {
+    point: Draw,
+    draws: Vec<Draw>,
+    target: f64,
+}
+
+/// The point projection from the level's requests and the set's lengths as
+/// they are, and [`ROUNDS`] more from resamples of both (seeded by `seed`).
+fn resample(
+    level: &Level,
+    lengths: &[Lengths],
+    records: f64,
+    work: f64,
+    slope: f64,
+    price: &Price,
+    seed: u64,
+) -> Resampled {
+    let n = level.samples.len();
+    let c = level.concurrency as f64;
+    let mean = |pick: &mut dyn FnMut() -> usize, of: usize, get: &dyn Fn(usize) -> f64| {
+        (0..of).map(|_| get(pick())).sum::<f64>() / of as f64
+    };
+    let latency = |i: usize| level.samples[i].latency;
+    let out = |i: usize| level.samples[i].output_tokens as f64;
+    let set =
+        |get: fn(&Lengths) -> f64| lengths.iter().map(get).sum::<f64>() / lengths.len() as f64;
+    let target = set(|l| l.output_tokens);
+    let mut seq = 0;
+    let mut next = || {
+        seq += 1;
+        (seq - 1) % n
+    };
+    let level_latency = mean(&mut next, n, &latency);
+    let level_length = mean(&mut next, n, &out);
+    let point_rate = rate(c, level_latency, level_length, target, slope);
+    let point = Draw::of(
+        point_rate,
+        records,
+        work,
+        [target, set(|l| l.input_tokens), set(|l| l.bytes)],
+        price,
+    );
+    let mut rng = SplitMix(seed);
+    let p = lengths.len();
+    let draws: Vec<Draw> = (0..ROUNDS)
+        .map(|_| {
+            // The requests of the level, drawn together (a latency goes with
+            // its length), and the prompts of the set.
+            let picks: Vec<usize> = (0..n).map(|_| rng.below(n)).collect();
+            let lat = picks.iter().map(|&i| latency(i)).sum::<f64>() / n as f64;
+            let len = picks.iter().map(|&i| out(i)).sum::<f64>() / n as f64;
+            let prompts: Vec<&Lengths> = (0..p).map(|_| &lengths[rng.below(p)]).collect();
+            let avg =
+                |get: fn(&Lengths) -> f64| prompts.iter().map(|l| get(l)).sum::<f64>() / p as f64;
+            let target = avg(|l| l.output_tokens);
+            Draw::of(
+                rate(c, lat, len, target, slope),
+                records,
+                work,
+                [target, avg(|l| l.input_tokens), avg(|l| l.bytes)],
+                price,
+            )
+        })
+        .collect();
+    Resampled {
+        point,
+        draws,
+        target,
+    }
+}
+
+/// Widens `estimate` (of the rate, around `point_rate`) by the spread of
+/// the rate between the level's windows: the run's mean rate over its own
+/// windows against the mean of the level's k windows, by Student's t. The
+/// rates are taken at the set's mean output length and the latency's
+/// slope (`at`). Returns what it did, in words, for the method.
+fn widen_between_windows(
+    level: &Level,
+    at: (f64, f64),
+    work: f64,
+    point_rate: f64,
+    estimate: &mut Estimate,
+) -> String {
+    let (target, slope) = at;
+    let bins = level.windows().len().max(1);
+    let windows = window_rates(level, target, slope);
+    if windows.len() < 2 {
+        return "one window only: no spread between windows to widen by".into();
+    }
+    let k = windows.len() as f64;
+    let m = windows.iter().sum::<f64>() / k;
+    let sd = (windows.iter().map(|w| (w - m).powi(2)).sum::<f64>() / (k - 1.0)).sqrt();
+    // A window's length is the level's over all its windows, empty ones
+    // included.
+    let window_seconds = level.window_seconds / bins as f64;
+    let run_windows = (work / point_rate.max(1e-9) / window_seconds.max(1e-9)).max(1.0);
+    let half = t975(windows.len() - 1) * sd * (1.0 / k + 1.0 / run_windows).sqrt();
+    // Added to the bootstrap's half-widths in quadrature, not taken as
+    // the larger: the run has its own variation (the client's, the
+    // disk's) that neither shows alone; with the larger only, 17 of 20
+    // seeded trials held.
+    let low = point_rate - estimate.low;
+    let high = estimate.high - point_rate;
+    estimate.low = point_rate - (low * low + half * half).sqrt();
+    estimate.high = point_rate + (high * high + half * half).sqrt();
+    format!(
+        "widened by the spread of the rate between {} windows of {window_seconds:.1} s \
+         (Student's t, {} df: ±{:.1}%, added in quadrature)",
+        windows.len(),
+        windows.len() - 1,
+        100.0 * half / point_rate.max(1e-9)
+    )
+}
+
+/// Widens `estimate` to cover the rate the level's window saw (completions
+/// over its length), which covers how well Little's law holds for this
+/// server; says so for the method when that moved a bound.
+fn widen_to_the_window_rate(
+    level: &Level,
+    point_rate: f64,
+    estimate: &mut Estimate,
+) -> Option<String> {
+    if level.window_seconds <= 0.0 {
+        return None;
+    }
+    let seen = level.samples.len() as f64 / level.window_seconds;
+    let note = (seen < estimate.low || seen > estimate.high).then(|| {
+        format!(
+            "and by the rate the window saw ({seen:.2} records/s against {point_rate:.2} by \
+             Little's law)"
+        )
+    });
+    estimate.low = estimate.low.min(seen);
+    estimate.high = estimate.high.max(seen);
+    note
+}
+
+/// What a projection at `level` over a set of `prompts` lengths assumes.
+fn assumptions(level: &Level, prompts: usize, slope: f64, cached: bool) -> Vec<String> {
+    [
+        format!("the output lengths of the {prompts} prompts measured stand for the whole set"),
+        "the server stays as it was measured (no other load, same model and settings); \
+         slower changes than the level's windows show are the drift check's to find"
+            .into(),
+        format!(
+            "the run keeps {} requests in flight throughout, by Little's law c / mean latency{}",
+            level.concurrency,
+            if slope > 0.0 {
+                format!(", the latency adjusted by {:.1} ms an output token", slope * 1000.0)
+            } else {
+                String::new()
+            }
+        ),
+    ]
+    .into_iter()
+    .chain(cached.then(|| {
+        "the server still holds the sweep's prompts in its prefix cache when the run asks them \
+         again"
+            .to_string()
+    }))
+    .collect()
 }
 
 /// One resample's projection.
