@@ -6,9 +6,9 @@
 //! recurring chore); `probe` asks each endpoint of a phase task's spec
 //! whether it answers (`/health`), and records what each said and how fast;
 //! `remeasure` holds a running generation and measures its server again
-//! (see [`todod_engine::phase::kinds::feasibility::remeasure`]). A re-measurement takes a
-//! minute or more, so it runs beside the loop, and its slot is not looked
-//! at again until it is recorded.
+//! (through the table, [`todod_engine::phase::kinds::remeasure`]). A
+//! re-measurement takes a minute or more, so it runs beside the loop, and
+//! its slot is not looked at again until it is recorded.
 use std::collections::HashSet;
 use std::future::Future;
 use std::pin::Pin;
@@ -359,7 +359,7 @@ async fn fire(
             outcome["endpoints"] = probe(http, due.spec.as_deref()).await;
         }
         Action::Remeasure => {
-            let found = todod_engine::phase::kinds::feasibility::remeasure::remeasure(
+            let found = todod_engine::phase::kinds::remeasure(
                 &PhaseStore::new(store.clone()),
                 gates,
                 telemetry,

@@ -117,6 +117,20 @@ pub fn taking(action: Action) -> Vec<Kind> {
         .collect()
 }
 
+/// The `remeasure` schedule action on task `task` (a running generation):
+/// holds its run and measures the server again; the outcome is the
+/// firing's event. The scheduler takes actions through the table, never a
+/// kind's module: this says which module does it (a generation is measured
+/// by the feasibility kind's machinery, which a generation must not use).
+pub async fn remeasure(
+    store: &super::PhaseStore,
+    gates: &super::gate::Gates,
+    telemetry: &todod_telemetry::Telemetry,
+    task: todod_domain::TaskId,
+) -> Value {
+    feasibility::remeasure::remeasure(store, gates, telemetry, task).await
+}
+
 /// The plan file's steps, in order, with their kinds.
 pub fn steps() -> impl Iterator<Item = (Kind, PlanStep)> {
     TABLE.iter().filter_map(|k| Some((k.kind(), k.step()?)))
