@@ -59,6 +59,20 @@ fn answer(rng: &mut TestRng, words: usize) -> String {
         .join(" ")
 }
 
+/// Refusals of each shape the default patterns know, planted in turn: a
+/// shape the filter missed would be kept, and the count of refusals fall
+/// short by an eighth.
+const REFUSALS: &[&str] = &[
+    "I'm sorry, but I can't help with that.",
+    "I’m afraid I cannot do that.",
+    "I apologize, but I cannot provide that.",
+    "As an AI language model, I cannot have opinions.",
+    "I'm unable to provide that information.",
+    "I’m unable to help with this.",
+    "I won't help with that.",
+    "I am not able to comply with that request.",
+];
+
 /// `n` records as a generation writes them: most distinct, and among them
 /// exact repeats of earlier answers (other case and punctuation), near
 /// repeats (the last word changed), refusals, empty answers and
@@ -75,7 +89,7 @@ fn write_generation_output(path: &Path, n: usize, rng: &mut TestRng) {
                 *words.last_mut().unwrap() = "changed".into();
                 (words.join(" "), "stop")
             }
-            21 => ("I'm sorry, but I can't help with that.".to_string(), "stop"),
+            21 => (REFUSALS[(i / 50) % REFUSALS.len()].to_string(), "stop"),
             29 => (String::new(), "stop"),
             33 => (answer(rng, 30), "length"),
             _ => (answer(rng, 24 + i % 17), "stop"),

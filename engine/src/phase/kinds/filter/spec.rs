@@ -26,12 +26,15 @@ pub const OUTPUT_FIELDS: &[&str] = &[
 ];
 
 /// Answers that open like this are refusals, unless the spec says otherwise
-/// (case-insensitive, at the start of the answer).
+/// (case-insensitive, at the start of the answer; an apostrophe may be
+/// straight or typographic, as models write both). The unit test
+/// `each_default_refusal_pattern_holds_its_table` holds each to sentences
+/// it must and must not match.
 pub const REFUSALS: &[&str] = &[
-    r"(?i)^\s*(i'm|i am) (sorry|afraid),? (but )?(i|as an ai)",
+    r"(?i)^\s*(i['’]m|i am) (sorry|afraid),? (but )?(i|as an ai)",
     r"(?i)^\s*i apologi[sz]e,? but",
     r"(?i)^\s*as an ai( language model)?,? i",
-    r"(?i)^\s*i (can(no|')t|am unable to|'m unable to|won't) (help|assist|provide|comply|do that|fulfil)",
+    r"(?i)^\s*(i (cannot|can['’]t|am unable to|am not able to|won['’]t|will not)|i['’]m (unable|not able) to) (help|assist|provide|comply|do that|fulfil)",
 ];
 
 #[derive(Debug, Clone, Deserialize)]
@@ -321,6 +324,60 @@ mod tests {
         assert_eq!((near.threshold, near.shingle_words, near.permutations), (0.8, 5, 128));
         assert_eq!(s.refusal_patterns.len(), REFUSALS.len());
         assert!(spec(json!({"near_duplicates": false})).unwrap().near_duplicates.is_none());
+    }
+
+    /// Each default pattern against sentences it must match and sentences
+    /// it must not: the first pattern that matches, or none.
+    #[test]
+    fn each_default_refusal_pattern_holds_its_table() {
+        let patterns: Vec<fancy_regex::Regex> = REFUSALS
+            .iter()
+            .map(|p| fancy_regex::Regex::new(p).unwrap())
+            .collect();
+        let table: &[(&str, Option<usize>)] = &[
+            // 0: sorry or afraid, then the refusal.
+            ("I'm sorry, but I can't help with that.", Some(0)),
+            ("I’m sorry, but as an AI I cannot browse.", Some(0)),
+            ("I am afraid I cannot do that.", Some(0)),
+            ("  i'm SORRY but i won't", Some(0)),
+            // 1: an apology, then "but".
+            ("I apologize, but I cannot provide that.", Some(1)),
+            ("I apologise but that is not something I do.", Some(1)),
+            // 2: as an AI.
+            ("As an AI language model, I cannot have opinions.", Some(2)),
+            ("As an AI, I don't browse the web.", Some(2)),
+            // 3: cannot, unable, won't, then what.
+            ("I can't help with that.", Some(3)),
+            ("I cannot assist with this request.", Some(3)),
+            ("I'm unable to provide that information.", Some(3)),
+            ("I’m unable to help with this.", Some(3)),
+            ("I'm not able to comply with that.", Some(3)),
+            ("I am unable to fulfil this request.", Some(3)),
+            ("I am not able to do that.", Some(3)),
+            ("I won't provide instructions for that.", Some(3)),
+            ("I won’t help with that.", Some(3)),
+            ("I will not assist with that.", Some(3)),
+            ("\n  I CANNOT HELP", Some(3)),
+            // Answers, not refusals.
+            ("I'm sorry to hear your build failed. Here is the fix.", None),
+            ("I can help with that: run cargo test.", None),
+            ("I can't wait to help! Here is the plan.", None),
+            ("I'm able to provide that: 42.", None),
+            ("As an aside, I think the test is flaky.", None),
+            ("The model said: I'm unable to help.", None),
+            ("Unable to reproduce: I can't help noticing the seed.", None),
+            ("I apologized to my team, then fixed it.", None),
+        ];
+        for (sentence, want) in table {
+            let got = patterns.iter().position(|p| p.is_match(sentence).unwrap());
+            assert_eq!(got, *want, "{sentence:?}");
+        }
+        for (i, _) in REFUSALS.iter().enumerate() {
+            assert!(
+                table.iter().any(|(_, want)| *want == Some(i)),
+                "pattern {i} has no sentence of its own in the table"
+            );
+        }
     }
 
     #[test]
