@@ -59,6 +59,21 @@ pub fn schema_version() -> i64 {
 }
 
 async fn open_read_only(path: &Path) -> Result<sqlx::SqliteConnection, BackupError> {
+    // Said in words before SQLite says "(code: 14) unable to open database
+    // file" for all of these alike.
+    match std::fs::metadata(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(err(format!("{}: no such file", path.display())));
+        }
+        Err(e) => return Err(err(format!("{}: cannot be read: {e}", path.display()))),
+        Ok(m) if m.is_dir() => {
+            return Err(err(format!(
+                "{}: is a directory, not a database file",
+                path.display()
+            )));
+        }
+        Ok(_) => {}
+    }
     SqliteConnectOptions::from_str("sqlite:")
         .map_err(err)?
         .filename(path)

@@ -2,6 +2,7 @@
 //! the store, binds, and calls `todod::server::run` until SIGTERM or SIGINT.
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::process::ExitCode;
 
 use anyhow::{bail, Context};
 use clap::Parser;
@@ -223,7 +224,21 @@ fn raise_open_files() {
 }
 
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
+async fn main() -> ExitCode {
+    match daemon().await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            // The error and its causes in words. Returning it from main would
+            // print anyhow's Debug form, with a stack trace whenever
+            // RUST_BACKTRACE is set (as it is on many machines): a trace is
+            // for a bug, and a refused flag or a missing file is not one.
+            eprintln!("todod: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn daemon() -> anyhow::Result<()> {
     let args = Args::parse();
     init_tracing(&args.log_format)?;
     raise_open_files();
