@@ -142,6 +142,19 @@ fn read_tree(text: &str, prefix: &[String], out: &mut Vec<Vec<String>>) -> usize
     }
 }
 
+/// Where `start` (`crate::`, `todod_store::`) begins a path in `code`: not
+/// the tail of a longer name or path.
+fn path_starts<'a>(code: &'a str, start: &'a str) -> impl Iterator<Item = usize> + 'a {
+    code.match_indices(start)
+        .map(|(at, _)| at)
+        .filter(move |&at| {
+            !code[..at]
+                .chars()
+                .last()
+                .is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':')
+        })
+}
+
 /// The module paths that `source` (the file of module `me`) names.
 fn uses(me: &str, source: &str) -> BTreeSet<String> {
     let code = code_of(source);
@@ -152,11 +165,7 @@ fn uses(me: &str, source: &str) -> BTreeSet<String> {
         .collect();
     let mut paths = Vec::new();
     for start in ["crate::", "super::", "self::"] {
-        for (at, _) in code.match_indices(start) {
-            let before = code[..at].chars().last();
-            if before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':') {
-                continue;
-            }
+        for at in path_starts(&code, start) {
             let mut rest = &code[at..];
             let mut base: Vec<String> = match start {
                 "crate::" => {
@@ -317,11 +326,7 @@ fn names_in(krate: &str, source: &str) -> Vec<String> {
     let code = code_of(source);
     let start = format!("{krate}::");
     let mut paths = Vec::new();
-    for (at, _) in code.match_indices(&start) {
-        let before = code[..at].chars().last();
-        if before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':') {
-            continue;
-        }
+    for at in path_starts(&code, &start) {
         read_tree(&code[at + start.len()..], &[], &mut paths);
     }
     paths.into_iter().map(|p| p.join("::")).collect()

@@ -213,7 +213,8 @@ pub fn project(
     )];
     method.push(widen_between_windows(
         level,
-        (target, slope),
+        target,
+        slope,
         work,
         point.rate,
         &mut rate_estimate,
@@ -363,16 +364,17 @@ fn resample(
 /// Widens `estimate` (of the rate, around `point_rate`) by the spread of
 /// the rate between the level's windows: the run's mean rate over its own
 /// windows against the mean of the level's k windows, by Student's t. The
-/// rates are taken at the set's mean output length and the latency's
-/// slope (`at`). Returns what it did, in words, for the method.
+/// rates are taken at the set's mean output length `target` and the
+/// latency's `slope` an output token. Returns what it did, in words, for
+/// the method.
 fn widen_between_windows(
     level: &Level,
-    at: (f64, f64),
+    target: f64,
+    slope: f64,
     work: f64,
     point_rate: f64,
     estimate: &mut Estimate,
 ) -> String {
-    let (target, slope) = at;
     let bins = level.windows().len().max(1);
     let windows = window_rates(level, target, slope);
     if windows.len() < 2 {
