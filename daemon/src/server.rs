@@ -1,6 +1,7 @@
 //! Serves the gRPC API on the listeners it is given until `shutdown` resolves.
 //! The binary binds and calls `run`; tests call the same `run` in-process.
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 
 use tokio::net::{TcpListener, UnixListener};
@@ -211,11 +212,40 @@ async fn watchdog(
 
 /// Serves until `shutdown` resolves, then stops accepting, ends watch streams and
 /// lets in-flight calls finish.
+///
+/// Only this wrapper is compiled in the crate that calls it. The server
+/// itself, and the whole stack it instantiates (hyper, h2, tonic, axum), is
+/// compiled once, in this library, behind `serving`'s boxed future. An
+/// async fn's body is a closure to the compiler, and closures are compiled
+/// in each crate that uses them: a `run` that awaited `serve` directly was
+/// compiled again in the daemon's binary and in each test binary.
 pub async fn run(
     store: Store,
     listeners: Listeners,
     options: Options,
     shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), Error> {
+    serving(store, listeners, options, Box::pin(shutdown)).await
+}
+
+type Boxed<T> = Pin<Box<dyn Future<Output = T> + Send>>;
+
+/// Not inlined: inlined into a caller, it would name `serve`'s body there.
+#[inline(never)]
+fn serving(
+    store: Store,
+    listeners: Listeners,
+    options: Options,
+    shutdown: Boxed<()>,
+) -> Boxed<Result<(), Error>> {
+    Box::pin(serve(store, listeners, options, shutdown))
+}
+
+async fn serve(
+    store: Store,
+    listeners: Listeners,
+    options: Options,
+    shutdown: Boxed<()>,
 ) -> Result<(), Error> {
     // The store admits the tasks of every kind in the phase table.
     store
