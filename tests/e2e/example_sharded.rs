@@ -49,6 +49,9 @@ fn example_plan(endpoint: &str, prompts: &Path, out: &Path, shards: u32) -> Stri
         "path = \"../fixtures/prompts/sharegpt.jsonl\"",
         format!("path = {:?}", prompts.display().to_string()),
     );
+    // All of the prompts given: the example samples 100 of its 300, and
+    // this test needs thousands for its kills to land mid-run.
+    let text = replace(text, "sample = 100\nseed = 1\n", String::new());
     let text = replace(
         text,
         "[generation]\n",
@@ -128,7 +131,11 @@ async fn kill_a_holder(
             || (done(t) >= at_least && shard_holders(t).iter().any(Option::is_some))
     })
     .await;
-    assert_eq!(running.status, "in_progress", "ended before the kill");
+    assert_eq!(
+        running.status, "in_progress",
+        "the {} ended before the kill: {:?}",
+        running.kind, running.shards
+    );
     let pid = shard_holders(&running)
         .into_iter()
         .flatten()
