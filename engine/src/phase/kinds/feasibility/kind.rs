@@ -54,9 +54,9 @@ impl PhaseKind for Feasibility {
             "result_file",
             "budget",
         ],
-        describe: "Options of the feasibility phase (concurrency, max_concurrency, min_gain, \
-                   max_sweep_share, min_sweep_seconds, sample_size, seed, warmup, window, choose, \
-                   price, calibrate_after_seconds, ...). The request shape is the generation's; \
+        describe: "Options of the feasibility phase (concurrency, min_concurrency, max_concurrency, \
+                   min_gain, max_sweep_share, min_sweep_seconds, sample_size, seed, warmup, window, \
+                   choose, price, calibrate_after_seconds, ...). The request shape is the generation's; \
                    report, result_file and budget are derived.",
         properties: plan_step::no_properties,
         check: plan_step::no_check,

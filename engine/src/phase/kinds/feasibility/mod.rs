@@ -238,7 +238,7 @@ fn planned_levels(spec: &FeasibilitySpec) -> Vec<usize> {
         Some(levels) => levels.clone(),
         None => {
             let mut levels = Vec::new();
-            let mut c = 1;
+            let mut c = spec.min_concurrency;
             while c < spec.max_concurrency {
                 levels.push(c);
                 c *= 2;

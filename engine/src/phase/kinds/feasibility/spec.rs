@@ -67,6 +67,8 @@ struct Raw {
     #[serde(default)]
     concurrency: Option<Vec<i64>>,
     #[serde(default)]
+    min_concurrency: Option<i64>,
+    #[serde(default)]
     max_concurrency: Option<i64>,
     #[serde(default)]
     seed: Option<u64>,
@@ -124,8 +126,13 @@ pub struct FeasibilitySpec {
     pub shape: ShapeSource,
     /// How many records to project (default: the prompt file's lines).
     pub records: Option<u64>,
-    /// Levels given; `None` sweeps 1, 2, 4, ... up to `max_concurrency`.
+    /// Levels given; `None` sweeps `min_concurrency`, twice that, ... up to
+    /// `max_concurrency`.
     pub levels: Option<Vec<usize>>,
+    /// Where a geometric sweep starts (1). A server known to gain up to
+    /// some level need not be measured below it: at one request at a time
+    /// a window of 32 long answers can take minutes.
+    pub min_concurrency: usize,
     pub max_concurrency: usize,
     pub seed: Option<u64>,
     pub sample_size: usize,
@@ -354,6 +361,28 @@ fn typed(raw: Raw, bounds: Option<&Boundaries>) -> Result<FeasibilitySpec, Error
     let min_sweep_seconds = seconds("min_sweep_seconds", raw.min_sweep_seconds, 300.0)?;
     let min_gain = check::share("min_gain", raw.min_gain.unwrap_or(0.05))?;
     let max_sweep_share = check::share("max_sweep_share", raw.max_sweep_share.unwrap_or(0.02))?;
+    let max_concurrency = check::int_in(
+        "max_concurrency",
+        raw.max_concurrency.unwrap_or(256),
+        1..=check::MAX_CONCURRENCY,
+    )? as usize;
+    let min_concurrency = check::int_in(
+        "min_concurrency",
+        raw.min_concurrency.unwrap_or(1),
+        1..=check::MAX_CONCURRENCY,
+    )? as usize;
+    if min_concurrency > max_concurrency {
+        return Err(Error::invalid(
+            "spec.min_concurrency",
+            format!("must be at most max_concurrency ({max_concurrency}), not {min_concurrency}"),
+        ));
+    }
+    if raw.min_concurrency.is_some() && levels.is_some() {
+        return Err(Error::invalid(
+            "spec.min_concurrency",
+            "starts the doubling sweep; with levels given in concurrency, name the lowest there",
+        ));
+    }
     Ok(FeasibilitySpec {
         shape,
         records: raw
@@ -362,11 +391,8 @@ fn typed(raw: Raw, bounds: Option<&Boundaries>) -> Result<FeasibilitySpec, Error
             .transpose()?
             .map(|n| n as u64),
         levels,
-        max_concurrency: check::int_in(
-            "max_concurrency",
-            raw.max_concurrency.unwrap_or(256),
-            1..=check::MAX_CONCURRENCY,
-        )? as usize,
+        min_concurrency,
+        max_concurrency,
         seed: raw.seed,
         sample_size: check::int_in("sample_size", raw.sample_size.unwrap_or(1000), 1..=100_000)?
             as usize,

@@ -38,3 +38,35 @@ fn the_confirmation_asks_the_prompts_after_the_last_one_asked() {
     sweep.confirmation = Some(again);
     assert_eq!(sweep.prompts_asked(), 120);
 }
+
+#[test]
+fn a_doubling_sweep_starts_at_min_concurrency_and_ends_at_the_cap() {
+    let levels = |json: &str| planned_levels(&FeasibilitySpec::parse(json).unwrap());
+    assert_eq!(levels(r#"{"max_concurrency": 16}"#), [1, 2, 4, 8, 16]);
+    assert_eq!(
+        levels(r#"{"min_concurrency": 4, "max_concurrency": 16}"#),
+        [4, 8, 16]
+    );
+    assert_eq!(
+        levels(r#"{"min_concurrency": 3, "max_concurrency": 16}"#),
+        [3, 6, 12, 16]
+    );
+    assert_eq!(
+        levels(r#"{"min_concurrency": 16, "max_concurrency": 16}"#),
+        [16]
+    );
+}
+
+#[test]
+fn a_min_concurrency_above_the_cap_or_beside_given_levels_is_refused() {
+    let refusal = |json: &str| FeasibilitySpec::parse(json).unwrap_err().to_string();
+    let above = refusal(r#"{"min_concurrency": 32, "max_concurrency": 16}"#);
+    assert!(
+        above.contains("spec.min_concurrency") && above.contains("at most max_concurrency (16)"),
+        "{above}"
+    );
+    let beside = refusal(r#"{"min_concurrency": 4, "concurrency": [8, 16]}"#);
+    assert!(beside.contains("spec.min_concurrency"), "{beside}");
+    let zero = refusal(r#"{"min_concurrency": 0}"#);
+    assert!(zero.contains("min_concurrency"), "{zero}");
+}
