@@ -383,6 +383,40 @@ impl RecordPhase for Filter {
 struct Setup {
     tokenizer: Option<String>,
     decontamination_sha256: Option<String>,
+    /// What the spec's omissions meant when the pass started (absent in
+    /// the state of a pass an earlier todod started).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    defaults: Option<Defaults>,
+}
+
+/// The settings a spec may leave to todod's defaults, as the pass that
+/// started took them: the near-duplicate parameters and the refusal
+/// patterns. A resumed pass keeps them, so that an upgrade that changes a
+/// default (as the refusal patterns changed once) cannot split one
+/// filtering between two.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct Defaults {
+    near_duplicates: Option<minhash::Params>,
+    refusal_patterns: Vec<String>,
+}
+
+impl Defaults {
+    fn of(spec: &FilterSpec) -> Defaults {
+        Defaults {
+            near_duplicates: spec.near_duplicates,
+            refusal_patterns: spec.refusal_patterns.clone(),
+        }
+    }
+}
+
+/// The spec a resumed pass runs with: the one given, with the settings
+/// its pass started with where they differ (a default that changed).
+fn as_started(mut spec: FilterSpec, started: &Setup) -> FilterSpec {
+    if let Some(defaults) = &started.defaults {
+        spec.near_duplicates = defaults.near_duplicates;
+        spec.refusal_patterns = defaults.refusal_patterns.clone();
+    }
+    spec
 }
 
 fn sha256_file(path: &std::path::Path) -> Result<String, String> {
@@ -454,6 +488,7 @@ fn prepare(spec: &FilterSpec) -> Result<(Work, Setup), String> {
         Setup {
             tokenizer: identity,
             decontamination_sha256: sha,
+            defaults: Some(Defaults::of(spec)),
         },
     ))
 }
@@ -529,21 +564,45 @@ async fn run_inner(run: &RunContext, spec: FilterSpec) -> Result<Ended, String> 
     if state.closed {
         return Ok(verdict(&spec, state));
     }
+    let started: Option<Setup> = state
+        .input
+        .is_some()
+        .then(|| serde_json::from_value(state.setup.clone()).unwrap_or_default());
+    let spec = match &started {
+        Some(then) => {
+            let resumed = as_started(spec.clone(), then);
+            if Defaults::of(&resumed) != Defaults::of(&spec) {
+                tracing::info!(
+                    task = %run.task,
+                    "the filter resumes with the near-duplicate and refusal settings its pass \
+                     started with (this todod's defaults differ)"
+                );
+            }
+            resumed
+        }
+        None => spec,
+    };
     let spec2 = spec.clone();
     let (work, setup) = tokio::task::spawn_blocking(move || prepare(&spec2))
         .await
         .map_err(|e| format!("loading what the filter compares with failed: {e}"))??;
-    if state.input.is_none() {
-        state.setup = json!(setup);
-    } else {
-        let then: Setup = serde_json::from_value(state.setup.clone()).unwrap_or_default();
-        if then != setup {
+    match &started {
+        None => state.setup = json!(setup),
+        Some(then)
+            if then.tokenizer != setup.tokenizer
+                || then.decontamination_sha256 != setup.decontamination_sha256 =>
+        {
             return Err(format!(
                 "the tokenizer or the decontamination set changed since this pass started; \
                  its output would no longer be one filtering. Restore them, or start a new \
-                 task ({then:?} then, {setup:?} now)"
+                 task (tokenizer {:?}, decontamination set {:?} then; {:?}, {:?} now)",
+                then.tokenizer,
+                then.decontamination_sha256,
+                setup.tokenizer,
+                setup.decontamination_sha256
             ));
         }
+        Some(_) => {}
     }
     let work = Arc::new(work);
     if !state.complete {

@@ -175,3 +175,34 @@ fn answers_are_read_from_every_shape_and_bad_lines_say_why() {
         assert!(e.contains(why), "{e}");
     }
 }
+
+/// A pass started by a todod whose defaults differ (an upgrade between a
+/// kill and the resume) goes on with the settings it started with, not
+/// this version's; a pass an earlier todod started, whose state holds
+/// none, takes the spec as given.
+#[test]
+fn a_resumed_pass_keeps_the_defaults_it_started_with() {
+    let spec = |json: &str| {
+        let mut v: serde_json::Value = serde_json::from_str(json).unwrap();
+        v["input"] = json!("/in.jsonl");
+        v["output"] = json!("/out.jsonl");
+        FilterSpec::parse(&v.to_string()).unwrap()
+    };
+    let then = spec(r#"{"near_duplicates": {"threshold": 0.9}, "refusal_patterns": ["^no$"]}"#);
+    let (_, started) = prepare(&then).unwrap();
+    // Through the state's JSON, as a resume reads it.
+    let started: Setup = serde_json::from_value(json!(started)).unwrap();
+    let now = as_started(spec("{}"), &started);
+    assert_eq!(now.near_duplicates.unwrap().threshold, 0.9);
+    assert_eq!(now.refusal_patterns, ["^no$"]);
+    // What the pass decides is what it started deciding.
+    assert_eq!(Defaults::of(&now), Defaults::of(&then));
+
+    let earlier: Setup = serde_json::from_value(json!({"tokenizer": null})).unwrap();
+    assert_eq!(earlier.defaults, None);
+    let given = spec(r#"{"near_duplicates": {"threshold": 0.7}}"#);
+    assert_eq!(
+        Defaults::of(&as_started(given.clone(), &earlier)),
+        Defaults::of(&given)
+    );
+}
