@@ -1,8 +1,8 @@
 //! The whole pipeline on a real server: llama.cpp's `llama-server` serving
 //! SmolLM2-135M on this machine's CPU (built by `scripts/local-backend`,
-//! which `.ci/run` runs first). 150 of the 300 shared ShareGPT prompts (a
-//! seeded sample: half the generation's time, and still long enough for a
-//! kill to land inside it) are adapted to SmolLM2's template, the server is measured and a verdict given, the
+//! which `.ci/run` runs first). 100 of the 300 shared ShareGPT prompts (a
+//! seeded sample, as README's example takes: a third of the generation's
+//! time, and still long enough for a kill to land inside it) are adapted to SmolLM2's template, the server is measured and a verdict given, the
 //! completions generated and tokenized into Megatron and Parquet files, with
 //! a kill -9 of the daemon inside each phase that is caught running (at
 //! least the sweep and the generation, which run long enough). Every
@@ -34,7 +34,7 @@ dir = "{dir}"
 [prompts]
 path = "{prompts}"
 format = "sharegpt"
-sample = 150
+sample = 100
 seed = 5
 
 [sampling]
@@ -77,7 +77,7 @@ async fn the_example_pipeline_runs_on_llama_server_with_a_kill_in_each_phase() {
     let (ended, kills) = run_killing_each(&mut daemon, &state, "real", &tasks).await;
     // The sweep and the generation run for many seconds on a real server: a
     // kill must have landed inside each, with work committed and not all of
-    // it. The adaptation and tokenization of 150 records commit once and
+    // it. The adaptation and tokenization of 100 records commit once and
     // end; `plan_apply` kills those mid-run, on inputs big enough to be.
     for (step, name) in [(1, "feasibility"), (2, "generation")] {
         assert!(
@@ -87,10 +87,10 @@ async fn the_example_pipeline_runs_on_llama_server_with_a_kill_in_each_phase() {
     }
     let result = |i: usize| -> Value { serde_json::from_str(&ended[i].result_json).unwrap() };
 
-    // Adaptation: the 150 conversations of the sample, each once.
+    // Adaptation: the 100 conversations of the sample, each once.
     let prompts = ids(&out.join("prompts.jsonl"));
-    assert_eq!(prompts.len(), 150);
-    assert_eq!(prompts.iter().collect::<BTreeSet<_>>().len(), 150);
+    assert_eq!(prompts.len(), 100);
+    assert_eq!(prompts.iter().collect::<BTreeSet<_>>().len(), 100);
     assert_eq!(result(0)["records"], prompts.len(), "{}", result(0));
 
     // Feasibility: a sweep, a level, a go.
