@@ -400,6 +400,15 @@ struct Defaults {
     refusal_patterns: Vec<String>,
 }
 
+impl Setup {
+    /// Whether `now` reads the same files as this setup did: the tokenizer
+    /// and the decontamination set (the defaults are taken over, not
+    /// compared).
+    fn same_files(&self, now: &Setup) -> bool {
+        self.tokenizer == now.tokenizer && self.decontamination_sha256 == now.decontamination_sha256
+    }
+}
+
 impl Defaults {
     fn of(spec: &FilterSpec) -> Defaults {
         Defaults {
@@ -588,10 +597,7 @@ async fn run_inner(run: &RunContext, spec: FilterSpec) -> Result<Ended, String> 
         .map_err(|e| format!("loading what the filter compares with failed: {e}"))??;
     match &started {
         None => state.setup = json!(setup),
-        Some(then)
-            if then.tokenizer != setup.tokenizer
-                || then.decontamination_sha256 != setup.decontamination_sha256 =>
-        {
+        Some(then) if !then.same_files(&setup) => {
             return Err(format!(
                 "the tokenizer or the decontamination set changed since this pass started; \
                  its output would no longer be one filtering. Restore them, or start a new \
