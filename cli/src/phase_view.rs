@@ -429,6 +429,9 @@ fn generation(v: &GenerationResult) -> String {
             .collect();
         let _ = writeln!(out, "  failures    {}", classes.join(", "));
     }
+    if let Some(requests) = &v.requests {
+        let _ = writeln!(out, "  requests    {}", requests.describe());
+    }
     if let Some(p) = &v.projection {
         let _ = writeln!(
             out,

@@ -65,6 +65,22 @@ pub fn progress_text(p: &Progress) -> Option<String> {
     if !p.message.trim().is_empty() {
         parts.push(one_line(&p.message));
     }
+    let requests = todod_proto::results::ProgressCounts::parse(&p.detail_json)
+        .and_then(|c| c.requests)
+        .filter(|r| r.last_minute.sent > 0 || r.run.errored() > 0);
+    if let Some(r) = requests {
+        // The rate now: how many requests fail and are retried, by class.
+        let text = format!(
+            "requests in the last {}: {}",
+            duration(r.window_seconds.round() as i64),
+            r.last_minute.describe()
+        );
+        if r.last_minute.errored() > 0 {
+            parts.push(crate::style::paint(&text, crate::style::Style::Warning).into_owned());
+        } else {
+            parts.push(text);
+        }
+    }
     (!parts.is_empty()).then(|| parts.join(", "))
 }
 

@@ -85,7 +85,12 @@ pub fn fair_share(shards: u32, daemons: usize) -> usize {
 
 /// Progress fields that are a time to wait, not a count: the task waits as
 /// long as its slowest shard.
-const LONGEST: &[&str] = &["eta_seconds", "held_for_remeasures_seconds"];
+const LONGEST: &[&str] = &[
+    "eta_seconds",
+    "held_for_remeasures_seconds",
+    // The span a generation's last-minute request counts cover.
+    "window_seconds",
+];
 /// Progress fields that say something of the whole (the server's own
 /// metrics, read by every shard): the first shard's is kept.
 const SHARED: &[&str] = &["server", "remeasuring"];

@@ -311,6 +311,99 @@ pub struct GenerationResult {
     /// The manifest naming the parts, if it was sharded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub manifest: Option<String>,
+    /// The requests its runs sent, retried and saw fail, by class.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requests: Option<RequestCounts>,
+}
+
+/// Requests a run sent, counted where `/metrics` counts them
+/// (`todod_requests_total` by outcome, `todod_request_retries_total`): each
+/// attempt once, a retry being an attempt of its own.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct RequestCounts {
+    /// Attempts sent, answered or not.
+    pub sent: u64,
+    /// Attempts that were sent again after a failed one.
+    pub retried: u64,
+    /// Attempts that failed, by class (`server_error`, `rate_limited`,
+    /// `incomplete`, ...: the outcomes `/metrics` names).
+    pub errors: BTreeMap<String, u64>,
+}
+
+impl RequestCounts {
+    /// Attempts that failed, of every class.
+    pub fn errored(&self) -> u64 {
+        self.errors.values().sum()
+    }
+
+    /// The share of attempts that failed; `None` before any was sent.
+    pub fn error_share(&self) -> Option<f64> {
+        (self.sent > 0).then(|| self.errored() as f64 / self.sent as f64)
+    }
+
+    /// What was counted after `earlier` (a snapshot of the same counters).
+    pub fn since(&self, earlier: &RequestCounts) -> RequestCounts {
+        let mut errors = BTreeMap::new();
+        for (class, n) in &self.errors {
+            let before = earlier.errors.get(class).copied().unwrap_or(0);
+            if *n > before {
+                errors.insert(class.clone(), n - before);
+            }
+        }
+        RequestCounts {
+            sent: self.sent.saturating_sub(earlier.sent),
+            retried: self.retried.saturating_sub(earlier.retried),
+            errors,
+        }
+    }
+
+    /// Both counts added up (a task's passes, its shards).
+    pub fn add(&mut self, other: &RequestCounts) {
+        self.sent += other.sent;
+        self.retried += other.retried;
+        for (class, n) in &other.errors {
+            *self.errors.entry(class.clone()).or_default() += n;
+        }
+    }
+
+    /// `120 requests, 12 failed (10.0 %: 6 server error, 3 rate limited, 3
+    /// incomplete), 12 retried`, the same on the status page and in
+    /// `todoctl`.
+    pub fn describe(&self) -> String {
+        let mut text = format!("{} requests", self.sent);
+        if let Some(share) = self.error_share().filter(|_| self.errored() > 0) {
+            let classes: Vec<String> = self
+                .errors
+                .iter()
+                .filter(|(_, n)| **n > 0)
+                .map(|(class, n)| format!("{n} {}", class.replace('_', " ")))
+                .collect();
+            text.push_str(&format!(
+                ", {} failed ({:.1} %: {})",
+                self.errored(),
+                share * 100.0,
+                classes.join(", ")
+            ));
+        }
+        if self.retried > 0 {
+            text.push_str(&format!(", {} retried", self.retried));
+        }
+        text
+    }
+}
+
+/// A running task's requests: over its whole run (every attempt of every
+/// daemon, as its committed checkpoints counted them) and over the last
+/// minute, for the rate now.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct RequestFigures {
+    pub run: RequestCounts,
+    pub last_minute: RequestCounts,
+    /// The seconds `last_minute` covers: 60, or less while the run is
+    /// younger than a minute.
+    pub window_seconds: f64,
 }
 
 /// An adaptation's system prompts: kept, dropped, folded into the first
@@ -475,6 +568,10 @@ pub struct ProgressCounts {
     /// What the run is doing, in words (a sweep's stage).
     #[serde(deserialize_with = "lenient", skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// A generation's requests: sent, retried and failed by class, over the
+    /// run and the last minute.
+    #[serde(deserialize_with = "lenient", skip_serializing_if = "Option::is_none")]
+    pub requests: Option<RequestFigures>,
 }
 
 impl ProgressCounts {

@@ -27,11 +27,12 @@ pub struct NotableEvent {
 }
 
 /// The event types [`Store::notable_events`] returns.
-pub const NOTABLE: [&str; 6] = [
+pub const NOTABLE: [&str; 7] = [
     "schedule_fired",
     "schedule_ended",
     "drift",
     "calibration",
+    "errors",
     "resumed",
     "unreachable",
 ];

@@ -15,6 +15,7 @@ pub mod process;
 pub mod render;
 pub mod server_metrics;
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -47,6 +48,18 @@ pub enum Outcome {
 }
 
 impl Outcome {
+    /// Every outcome, in the order of the enum.
+    pub const ALL: [Outcome; 8] = [
+        Outcome::ok,
+        Outcome::connect,
+        Outcome::timeout,
+        Outcome::rate_limited,
+        Outcome::server_error,
+        Outcome::client_error,
+        Outcome::incomplete,
+        Outcome::malformed,
+    ];
+
     /// The label value, as `/metrics` and the status page name the class.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -165,6 +178,7 @@ impl Telemetry {
             duration: i.duration.get_or_create_owned(&labels),
             first_token: i.first_token.get_or_create_owned(&labels),
             per_token: i.per_token.get_or_create_owned(&labels),
+            tally: Arc::default(),
             labels,
         }
     }
@@ -208,6 +222,18 @@ pub struct RequestMetrics {
     duration: Histogram,
     first_token: Histogram,
     per_token: Histogram,
+    /// The same increments as the counters above, for this handle alone:
+    /// one run's (or one shard's) requests, where the exported counters add
+    /// up every run of the task in this daemon.
+    tally: Arc<Tally>,
+}
+
+/// A run's attempts: sent, retried, and failed by outcome.
+#[derive(Default)]
+struct Tally {
+    sent: AtomicU64,
+    retried: AtomicU64,
+    by_outcome: [AtomicU64; Outcome::ALL.len()],
 }
 
 impl std::fmt::Debug for RequestMetrics {
@@ -242,6 +268,8 @@ impl RequestMetrics {
         first_token: Option<Duration>,
         output_tokens: Option<u64>,
     ) {
+        self.tally.sent.fetch_add(1, Ordering::Relaxed);
+        self.tally.by_outcome[outcome as usize].fetch_add(1, Ordering::Relaxed);
         if outcome == Outcome::ok {
             self.ok.inc();
         } else {
@@ -269,5 +297,28 @@ impl RequestMetrics {
 
     pub fn retried(&self) {
         self.retries.inc();
+        self.tally.retried.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// What this handle counted so far: attempts sent, retried, and failed
+    /// by outcome.
+    pub fn counts(&self) -> todod_proto::results::RequestCounts {
+        let t = &self.tally;
+        let errors = Outcome::ALL
+            .iter()
+            .filter(|o| **o != Outcome::ok)
+            .map(|o| {
+                (
+                    o.as_str().to_string(),
+                    t.by_outcome[*o as usize].load(Ordering::Relaxed),
+                )
+            })
+            .filter(|(_, n)| *n > 0)
+            .collect();
+        todod_proto::results::RequestCounts {
+            sent: t.sent.load(Ordering::Relaxed),
+            retried: t.retried.load(Ordering::Relaxed),
+            errors,
+        }
     }
 }

@@ -518,4 +518,50 @@ mod tests {
             assert!(text.contains(line), "{line} not in\n{text}");
         }
     }
+
+    #[test]
+    fn a_runs_counts_are_the_exported_counters_own_increments() {
+        let t = Telemetry::new();
+        let earlier_run = t.requests(7, "generation");
+        earlier_run.attempt(Outcome::server_error, Duration::ZERO, None, None);
+        let run = t.requests(7, "generation");
+        for outcome in [
+            Outcome::ok,
+            Outcome::server_error,
+            Outcome::incomplete,
+            Outcome::ok,
+        ] {
+            run.attempt(outcome, Duration::ZERO, None, None);
+        }
+        run.retried();
+        run.retried();
+        let counts = run.counts();
+        assert_eq!((counts.sent, counts.retried, counts.errored()), (4, 2, 2));
+        assert_eq!(
+            counts.errors,
+            [
+                ("incomplete".to_string(), 1),
+                ("server_error".to_string(), 1)
+            ]
+            .into()
+        );
+        assert_eq!(counts.error_share(), Some(0.5));
+        // The exported counters hold both runs of the task.
+        let text = t.render(
+            &Scrape {
+                tasks: vec![],
+                phases: vec![],
+                process: Usage::default(),
+                start_time_seconds: 1.0,
+            },
+            &Histogram::new(super::super::commit_buckets()),
+        );
+        for line in [
+            r#"todod_requests_total{task="7",kind="generation",outcome="server_error"} 2"#,
+            r#"todod_requests_total{task="7",kind="generation",outcome="incomplete"} 1"#,
+            r#"todod_request_retries_total{task="7",kind="generation"} 2"#,
+        ] {
+            assert!(text.contains(line), "{line} not in\n{text}");
+        }
+    }
 }

@@ -413,3 +413,196 @@ async fn llama_servers_own_metrics_are_read_during_a_real_run() {
     let task = wait_task(&mut c, "gen", &id, |t| t.status == "completed").await;
     assert_eq!(result(&task)["records"], 48, "{}", task.error);
 }
+
+/// A run against a server that fails one request in ten: while it runs,
+/// `todoctl status --json`, its screen and the status page show the
+/// requests retried and failed by class over the last minute and the run;
+/// once it ended, the result's counts are what the server counted, and the
+/// history says once that the share failing passed the warning share.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retries_by_class_are_shown_where_people_look_as_the_server_counted_them() {
+    use todod_e2e::cli::todoctl_at;
+    use todod_e2e::{connect, proto, Target};
+    const PROMPTS: usize = 600;
+    const TOKEN: &str = "retries-token-0123456789abcdef";
+    let mock = MockOpenAi::start(Settings {
+        latency: Duration::from_millis(10),
+        capacity: 4,
+        keep_bodies: false,
+        ..Settings::default()
+    })
+    .await;
+    // Every tenth of the first 400 requests fails, four classes in turn.
+    let classes = [
+        (
+            Fault::Status {
+                code: 500,
+                retry_after: None,
+            },
+            "server_error",
+        ),
+        (
+            Fault::Status {
+                code: 429,
+                retry_after: None,
+            },
+            "rate_limited",
+        ),
+        (Fault::CloseWithoutDone, "incomplete"),
+        (Fault::InvalidJson, "malformed"),
+    ];
+    let mut faults = Vec::new();
+    let mut expected = std::collections::BTreeMap::<String, u64>::new();
+    for i in 0..40 {
+        faults.extend(std::iter::repeat_n(Fault::Ok, 9));
+        let (fault, class) = &classes[i % classes.len()];
+        faults.push(fault.clone());
+        *expected.entry(class.to_string()).or_default() += 1;
+    }
+    mock.push(faults);
+    let dir = tempfile::tempdir().unwrap();
+    write_prompts(&dir.path().join("prompts.jsonl"), PROMPTS, true);
+    let daemon = TestDaemon::start_with(todod::server::Options {
+        token: Some(TOKEN.into()),
+        ..Default::default()
+    })
+    .await;
+    let mut c = connect(Target {
+        url: daemon.url(),
+        token: Some(TOKEN.into()),
+    })
+    .await;
+    let mut spec = gen::spec(dir.path(), &mock.url, 4);
+    spec["stream"] = true.into();
+    // Retries enough that no prompt fails for good on faults alone.
+    spec["max_attempts"] = 8.into();
+    let id = create_generation(&mut c, "gen", spec.to_string()).await;
+    let status_json = || {
+        let run = todoctl_at(&daemon.url(), Some(TOKEN))
+            .args(["--json", "status", "gen"])
+            .output()
+            .unwrap();
+        assert!(
+            run.status.success(),
+            "{}",
+            String::from_utf8_lossy(&run.stderr)
+        );
+        let value: Value = serde_json::from_slice(&run.stdout).unwrap();
+        value["phases"][0].clone()
+    };
+
+    // Some faults seen: the server then takes nothing more, and the run
+    // stands still at its last progress report.
+    wait_task(&mut c, "gen", &id, |t| {
+        let detail = t
+            .progress
+            .as_ref()
+            .map(|p| p.detail_json.as_str())
+            .unwrap_or("");
+        todod_proto::results::ProgressCounts::parse(detail)
+            .and_then(|p| p.requests)
+            .is_some_and(|r| r.run.errored() >= 8)
+    })
+    .await;
+    mock.set_capacity(0).await;
+    // Answers that came before are committed within a checkpoint's time:
+    // what is read is taken once the report stood still across the reads.
+    let mut reads = 0;
+    let (figures, screen, page) = loop {
+        let before = status_json();
+        let screen = todoctl_at(&daemon.url(), Some(TOKEN))
+            .args(["status", "gen"])
+            .output()
+            .unwrap();
+        let (status, page) = get(daemon.addr, "/plans/gen", Some(TOKEN)).await;
+        assert_eq!(status, 200);
+        let after = status_json();
+        if before == after {
+            assert_eq!(after["status"], "in_progress");
+            let figures: todod_proto::results::RequestFigures =
+                serde_json::from_value(after["progress"]["detail"]["requests"].clone()).unwrap();
+            break (figures, String::from_utf8(screen.stdout).unwrap(), page);
+        }
+        reads += 1;
+        assert!(reads < 100, "the progress report never stood still");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert!(figures.run.errored() >= 8, "{figures:?}");
+    assert_eq!(
+        figures.run.retried,
+        figures.run.errored(),
+        "every fault was retried"
+    );
+    assert!(
+        figures.last_minute.sent > 0 && figures.window_seconds > 0.0,
+        "{figures:?}"
+    );
+    let window = todod_proto::readable::duration(figures.window_seconds.round() as i64);
+    assert!(
+        screen.contains(&format!(
+            "requests in the last {window}: {}",
+            figures.last_minute.describe()
+        )),
+        "{screen}"
+    );
+    for shown in [
+        format!("last {window}: {}", figures.last_minute.describe()),
+        format!("the run: {}", figures.run.describe()),
+    ] {
+        assert!(page.contains(&shown), "{shown} not on the page:\n{page}");
+    }
+
+    // The run ends; its counts are the server's.
+    mock.set_capacity(4).await;
+    let task = wait_task(&mut c, "gen", &id, |t| t.status == "completed").await;
+    let files = written(dir.path(), &prompt_texts(PROMPTS));
+    assert_eq!((files.records, files.failed), (PROMPTS as u64, 0));
+    let result: todod_proto::results::GenerationResult =
+        todod_proto::results::parse(&task.result_json).unwrap();
+    let counted = result.requests.expect("the result counts its requests");
+    assert_eq!(
+        counted.sent,
+        mock.requests() as u64,
+        "sent, as the server counted"
+    );
+    assert_eq!(
+        counted.errors, expected,
+        "failed by class, as the server was told to fail"
+    );
+    assert_eq!(counted.retried, 40);
+    let phase = status_json();
+    let last: todod_proto::results::RequestFigures =
+        serde_json::from_value(phase["progress"]["detail"]["requests"].clone()).unwrap();
+    assert_eq!(
+        last.run, counted,
+        "the last progress report and the result agree"
+    );
+    let (_, page) = get(daemon.addr, "/plans/gen", Some(TOKEN)).await;
+    assert!(
+        page.contains(&format!("requests: {}", counted.describe())),
+        "{page}"
+    );
+    // /metrics counted the same.
+    let s = scrape(daemon.addr).await;
+    let this = [("task", id.as_str()), ("kind", "generation")];
+    assert_eq!(sum(&s, "todod_request_retries_total", &this), 40.0);
+    assert_eq!(
+        sum(&s, "todod_requests_total", &this),
+        mock.requests() as f64
+    );
+
+    // The history says it once.
+    let events = c
+        .list_events(proto::ListEventsRequest {
+            plan: "gen".into(),
+            task_id: id.clone(),
+            limit: 10_000,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .events;
+    let warned: Vec<_> = events.iter().filter(|e| e.r#type == "errors").collect();
+    assert_eq!(warned.len(), 1, "{events:?}");
+}

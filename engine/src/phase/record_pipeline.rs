@@ -85,6 +85,10 @@ pub trait RecordPhase: Send + Sync + 'static {
     /// Progress to report after a checkpoint (a JSON object).
     fn progress(&self, stats: &Self::Stats, pass: &PassCounts, input: &InputState) -> Value;
 
+    /// Brings counts kept outside the records (a generation's requests)
+    /// into the counters about to be committed with a checkpoint.
+    fn before_commit(&self, _stats: &mut Self::Stats) {}
+
     /// An event to record with the progress about to be reported (its kind
     /// and JSON payload), such as a rate drifting from its projection.
     fn notice(&self, _progress: &Value) -> Option<(&'static str, Value)> {
@@ -459,7 +463,7 @@ pub async fn run<P: RecordPhase>(
     committer.state.complete = true;
     committer.batch += 1; // force the final commit even if the last batch was committed
     committer.last_progress = None; // and report where it ended
-    if !committer.checkpoint(&*phase, &stats).await? {
+    if !committer.checkpoint(&*phase, &mut stats).await? {
         return Ok(PassEnd::Stopped);
     }
     let outputs = std::mem::take(&mut committer.outputs);
@@ -847,7 +851,7 @@ impl Committer<'_, '_> {
     async fn checkpoint<P: RecordPhase>(
         &mut self,
         phase: &P,
-        stats: &P::Stats,
+        stats: &mut P::Stats,
     ) -> Result<bool, String> {
         if self.batch == 0 {
             return Ok(true);
@@ -870,6 +874,7 @@ impl Committer<'_, '_> {
         let mut next = self.state.clone();
         next.files = synced.clone();
         next.cursor = self.progress.snapshot();
+        phase.before_commit(stats);
         next.set_stats(stats);
         let report = self
             .last_progress

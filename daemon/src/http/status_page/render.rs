@@ -189,7 +189,7 @@ fn phase_section(d: &PhaseDetail, now_ms: i64) -> Markup {
             }
             @if !d.events.is_empty() {
                 details class="events" open[t.status == Status::InProgress] {
-                    summary { "Schedule firings, drift and restarts" }
+                    summary { "Schedule firings, drift, errors and restarts" }
                     ul {
                         @for e in &d.events {
                             li { time { (when(e.at_ms)) } " " strong { (e.event_type.replace('_', " ")) } " " (event_text(e)) }
@@ -289,8 +289,25 @@ fn running(d: &PhaseDetail, now_ms: i64) -> Markup {
             }
         }
         (chart::throughput(&d.points, projected))
+        @if let Some(r) = &c.requests { (requests(r)) }
         (servers(&p["server"]))
         (failures(p))
+    }
+}
+
+/// Requests sent, retried and failed by class: the last minute's (the rate
+/// now, before retries become failures) and the run's.
+fn requests(r: &todod_proto::results::RequestFigures) -> Markup {
+    let window = duration(r.window_seconds.round() as i64);
+    let failing = r.last_minute.error_share().unwrap_or(0.0) > 0.0;
+    html! {
+        section class="requests" {
+            h3 { "Requests" }
+            ul {
+                li class=[failing.then_some("error")] { "last " (window) ": " (r.last_minute.describe()) }
+                li { "the run: " (r.run.describe()) }
+            }
+        }
     }
 }
 

@@ -114,7 +114,11 @@ impl PhaseKind for Generation {
         }
         View {
             summary: line,
-            notes: Vec::new(),
+            notes: r
+                .requests
+                .iter()
+                .map(|requests| format!("requests: {}", requests.describe()))
+                .collect(),
             held: r.projection.clone(),
             failures_by_class: r.failures_by_class.clone(),
             report: false,

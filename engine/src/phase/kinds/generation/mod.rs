@@ -11,6 +11,7 @@ pub mod held;
 pub mod kind;
 mod legacy;
 pub mod prompts;
+mod requests;
 pub mod spec;
 
 use todod_proto::results::ProgressCounts;
@@ -67,6 +68,11 @@ pub struct Stats {
     /// [`RECENT_ERRORS`].
     #[serde(default)]
     pub recent_errors: Vec<String>,
+    /// Requests sent, retried and failed by class, by every run and pass
+    /// (as their checkpoints counted them: a kill loses the count of the
+    /// requests after the last one, as it loses their answers).
+    #[serde(default)]
+    pub requests: todod_proto::results::RequestCounts,
 }
 
 /// How many failure messages the progress keeps for a person to read.
@@ -99,6 +105,11 @@ struct Generation {
     started: std::time::Instant,
     /// The endpoints' own `/metrics`, read while the run goes.
     server: todod_inference::server_watch::ServerWatch,
+    /// What this run's client counted of its requests (the increments of
+    /// the counters `/metrics` exports), and what earlier runs counted.
+    requests: todod_telemetry::RequestMetrics,
+    requests_before: todod_proto::results::RequestCounts,
+    request_watch: std::sync::Mutex<requests::RequestWatch>,
 }
 
 /// The run held against a projection: the feasibility task's, or the last
@@ -242,6 +253,12 @@ impl RecordPhase for Generation {
         record_pipeline::reject_line(files, REJECTS, line, None, reason)
     }
 
+    fn before_commit(&self, stats: &mut Stats) {
+        let mut counted = self.requests_before.clone();
+        counted.add(&self.requests.counts());
+        stats.requests = counted;
+    }
+
     fn progress(&self, stats: &Stats, pass: &PassCounts, input: &InputState) -> Value {
         // What will be written in the end: every line of the pass that is not
         // rejected, plus what earlier passes wrote for good.
@@ -272,12 +289,23 @@ impl RecordPhase for Generation {
             // What the server says of itself: why the rate is what it is.
             progress["server"] = server;
         }
+        let (figures, errors) = self
+            .request_watch
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .look(std::time::Instant::now(), &stats.requests);
+        ProgressCounts {
+            requests: Some(figures),
+            ..ProgressCounts::default()
+        }
+        .merge_into(&mut progress);
         let held_ms = self.held_before_ms.max(0) as u64 + self.gate.held_ms();
         if held_ms > 0 {
             // Wall time that no projection covers, for a reader's ETA.
             progress["held_for_remeasures_seconds"] = json!(held_ms as f64 / 1000.0);
         }
         let mut check = self.drift.lock().unwrap_or_else(|p| p.into_inner());
+        check.found.extend(errors.map(|e| ("errors", e)));
         if self.gate.is_held() {
             // Held minutes are not a drift: no look until the hold ends.
             progress["remeasuring"] = json!(true);
@@ -434,6 +462,7 @@ fn result(
         }),
         shards: None,
         manifest: None,
+        requests: (stats.requests.sent > 0).then(|| stats.requests.clone()),
     }
 }
 
@@ -608,6 +637,7 @@ impl crate::phase::shards::Counters for Stats {
             *self.failures_by_class.entry(class.clone()).or_default() += n;
         }
         self.recent_errors.extend(other.recent_errors.iter().cloned());
+        self.requests.add(&other.requests);
         let extra = self.recent_errors.len().saturating_sub(RECENT_ERRORS);
         self.recent_errors.drain(..extra);
     }
@@ -703,6 +733,8 @@ async fn run_inner(run: &RunContext, spec: GenerationSpec) -> Result<Ended, Stri
         return Ok(verdict(&spec, state, held.as_ref()));
     }
     let setup: Setup = serde_json::from_value(state.setup.clone()).unwrap_or_default();
+    let requests_before = state.stats::<Stats>()?.requests;
+    let metrics = run.telemetry.requests(run.task, "generation");
     let input = match &setup.retry_input {
         Some(archive) => {
             if state.input.is_none() {
@@ -746,6 +778,13 @@ async fn run_inner(run: &RunContext, spec: GenerationSpec) -> Result<Ended, Stri
             SERVER_SCRAPE_EVERY,
             run.telemetry.servers().clone(),
         ),
+        requests: metrics.clone(),
+        request_watch: std::sync::Mutex::new(requests::RequestWatch::new(
+            std::time::Instant::now(),
+            requests_before.clone(),
+            spec.warn_error_share,
+        )),
+        requests_before,
     });
     let plan = PassPlan {
         input,
@@ -757,8 +796,7 @@ async fn run_inner(run: &RunContext, spec: GenerationSpec) -> Result<Ended, Stri
     let Some((state, outputs)) = record_pipeline::open(run, &phase, state, &plan).await? else {
         return Ok(Ended::Stopped);
     };
-    let client =
-        Arc::new(client(&spec)?.with_metrics(run.telemetry.requests(run.task, "generation")));
+    let client = Arc::new(client(&spec)?.with_metrics(metrics));
     let template = Arc::new(spec.request_template());
     let process = Arc::new(move |prompt: prompts::Prompt| {
         let (client, template, gate) = (client.clone(), template.clone(), gate.clone());

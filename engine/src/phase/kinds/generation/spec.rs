@@ -26,6 +26,10 @@ pub const OUTPUT_FIELDS: &[&str] = &[
     "shards",
 ];
 
+/// `warn_error_share`'s default: one request in twenty failing is far past
+/// a healthy server's rate, and well short of a run's failures piling up.
+pub const DEFAULT_WARN_ERROR_SHARE: f64 = 0.05;
+
 /// `concurrency`: a number, or "auto" (the level a feasibility dependency chose).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(untagged)]
@@ -81,6 +85,8 @@ struct Raw {
     #[serde(default)]
     max_failed_share: Option<f64>,
     #[serde(default)]
+    warn_error_share: Option<f64>,
+    #[serde(default)]
     keep_prompt: Option<bool>,
     #[serde(default)]
     shards: Option<i64>,
@@ -112,6 +118,9 @@ pub struct GenerationSpec {
     pub overwrite: bool,
     /// The run fails when more than this share of its prompts failed.
     pub max_failed_share: f64,
+    /// The share of requests failing over a minute (retried or not) past
+    /// which the run says so in its history, once until it is back under.
+    pub warn_error_share: f64,
     /// Each output record carries its prompt (`messages` or `prompt`).
     pub keep_prompt: bool,
     /// Shards the prompts are split into, run at once by as many runs (on
@@ -306,6 +315,10 @@ fn typed(raw: Raw) -> Result<GenerationSpec, Error> {
         )? as u64,
         overwrite: raw.overwrite.unwrap_or(false),
         max_failed_share: check::share("max_failed_share", raw.max_failed_share.unwrap_or(0.01))?,
+        warn_error_share: check::share(
+            "warn_error_share",
+            raw.warn_error_share.unwrap_or(DEFAULT_WARN_ERROR_SHARE),
+        )?,
         keep_prompt: raw.keep_prompt.unwrap_or(true),
         shards: check::shards(raw.shards)?,
     })
