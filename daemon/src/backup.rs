@@ -1,13 +1,12 @@
-//! Backups of the graph and their restore. A backup is SQLite's `VACUUM
-//! INTO` on a connection of its own (a read: a consistent snapshot of every
-//! committed write, while writers go on), into a staging file beside the
-//! target that is fsynced and then linked into place, never over a file: a
-//! daemon killed during a backup leaves no file at the target. The copy is
-//! checked before it is published. A restore, offline, checks a backup
-//! (`integrity_check`, a schema this version knows) before it puts it in a
-//! state directory, and says which phase outputs the backup knows still
-//! match the files on disk (phase outputs are the user's files: a backup
-//! records their identity, never their bytes).
+//! Backups of the graph. A backup is SQLite's `VACUUM INTO` on a connection
+//! of its own (a read: a consistent snapshot of every committed write, while
+//! writers go on), into a staging file beside the target that is fsynced and
+//! then linked into place, never over a file: a daemon killed during a
+//! backup leaves no file at the target. The copy is checked before it is
+//! published, and its sha256 is written beside it (`FILE.sha256`, in
+//! `sha256sum`'s format) once it is in place: SQLite's pages carry no
+//! checksum, so a byte changed inside a row passes `integrity_check`, and
+//! only this catches it. `restore` puts a backup back.
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
@@ -15,12 +14,94 @@ use sha2::{Digest, Sha256};
 use sqlx::sqlite::SqliteConnectOptions;
 use sqlx::{ConnectOptions, Connection, Row};
 
-use todod_engine::phase::files::FileState;
-use todod_engine::phase::state::PhaseState;
-
 /// Where the state directory notes its newest backup, for the message of a
 /// daemon that refuses a damaged database.
 pub const LAST_BACKUP_FILE: &str = "last-backup";
+
+/// The checksum file beside a backup: `FILE.sha256`, one line in
+/// `sha256sum`'s format (`sha256sum -c` checks it too).
+pub fn checksum_path(backup: &Path) -> PathBuf {
+    let mut name = backup.as_os_str().to_owned();
+    name.push(".sha256");
+    PathBuf::from(name)
+}
+
+/// The sha256 of a file's bytes, in hex.
+pub fn sha256_of(path: &Path) -> std::io::Result<String> {
+    use std::io::Read as _;
+    let mut file = std::fs::File::open(path)?;
+    let mut hasher = Sha256::new();
+    let mut buffer = vec![0u8; 1 << 20];
+    loop {
+        let n = file.read(&mut buffer)?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buffer[..n]);
+    }
+    Ok(hex(&hasher.finalize()))
+}
+
+pub(crate) fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Writes `backup`'s checksum file: to a staging name, fsynced, renamed
+/// into place, the directory fsynced.
+fn write_checksum(backup: &Path, sha256: &str) -> std::io::Result<()> {
+    use std::io::Write as _;
+    let path = checksum_path(backup);
+    let staging = todod_engine::phase::files::staging_path(&path);
+    let name = backup
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let mut file = std::fs::File::create(&staging)?;
+    file.write_all(format!("{sha256}  {name}\n").as_bytes())?;
+    file.sync_all()?;
+    std::fs::rename(&staging, &path)?;
+    if let Some(dir) = path.parent() {
+        std::fs::File::open(dir)?.sync_all()?;
+    }
+    Ok(())
+}
+
+/// What the checksum beside a backup says of it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Checksum {
+    /// Its bytes are the ones the backup wrote.
+    Matches,
+    /// None beside it (a backup of an earlier todod, or copied without it):
+    /// `integrity_check` is all that vouches for it.
+    Absent,
+}
+
+/// Reads `backup`'s checksum file and compares it with `sha256` (its bytes'
+/// hash); refused when they differ or the checksum file is unreadable.
+pub fn check_checksum(backup: &Path, sha256: &str) -> Result<Checksum, BackupError> {
+    let path = checksum_path(backup);
+    let text = match std::fs::read_to_string(&path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Checksum::Absent),
+        Err(e) => return Err(err(format!("{}: cannot be read: {e}", path.display()))),
+    };
+    let expected = text.split_whitespace().next().unwrap_or("");
+    if expected.len() != 64 || !expected.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(err(format!(
+            "{}: not a sha256 checksum file (it should hold `HEX  NAME`)",
+            path.display()
+        )));
+    }
+    if !expected.eq_ignore_ascii_case(sha256) {
+        return Err(err(format!(
+            "{}: its bytes are not the ones the backup wrote (sha256 {sha256}, where {} says \
+             {expected}): the file changed after it was made; not restored",
+            backup.display(),
+            path.display()
+        )));
+    }
+    Ok(Checksum::Matches)
+}
 
 /// What a backup holds.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -45,7 +126,7 @@ pub enum BackupError {
     Failed(String),
 }
 
-fn err(what: impl std::fmt::Display) -> BackupError {
+pub(crate) fn err(what: impl std::fmt::Display) -> BackupError {
     BackupError::Failed(what.to_string())
 }
 
@@ -58,7 +139,7 @@ pub fn schema_version() -> i64 {
         .unwrap_or(0)
 }
 
-async fn open_read_only(path: &Path) -> Result<sqlx::SqliteConnection, BackupError> {
+pub(crate) async fn open_read_only(path: &Path) -> Result<sqlx::SqliteConnection, BackupError> {
     // Said in words before SQLite says "(code: 14) unable to open database
     // file" for all of these alike.
     match std::fs::metadata(path) {
@@ -199,6 +280,7 @@ pub async fn backup(db: &Path, target: &Path) -> Result<BackupInfo, BackupError>
             .and_then(|f| f.sync_all())
             .map_err(err)?;
         let info = inspect(&staging, false).await?;
+        let sha256 = sha256_of(&staging).map_err(|e| err(format!("{}: {e}", staging.display())))?;
         todod_store::failpoint::hit("backup.staged");
         std::fs::hard_link(&staging, target).map_err(|e| {
             if e.kind() == std::io::ErrorKind::AlreadyExists {
@@ -216,6 +298,13 @@ pub async fn backup(db: &Path, target: &Path) -> Result<BackupInfo, BackupError>
                 .and_then(|d| d.sync_all())
                 .map_err(err)?;
         }
+        write_checksum(target, &sha256).map_err(|e| {
+            err(format!(
+                "{} is written, but its checksum file {} could not be: {e}",
+                target.display(),
+                checksum_path(target).display()
+            ))
+        })?;
         Ok(BackupInfo {
             path: target.to_path_buf(),
             ..info
@@ -274,135 +363,6 @@ pub async fn check_before_start(db: &Path, state_dir: &Path) -> Result<(), Backu
     )))
 }
 
-/// How a phase output the backup knows compares with the file on disk.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct OutputCheck {
-    pub task: i64,
-    pub path: PathBuf,
-    pub verdict: &'static str,
-}
-
-fn head_hash(path: &Path, len: u64) -> Option<String> {
-    use std::io::Read as _;
-    let mut file = std::fs::File::open(path).ok()?;
-    let mut head = vec![0u8; len as usize];
-    file.read_exact(&mut head).ok()?;
-    Some(
-        Sha256::digest(&head)
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect(),
-    )
-}
-
-fn compare(file: &FileState) -> &'static str {
-    let Ok(meta) = std::fs::metadata(&file.path) else {
-        return "missing";
-    };
-    if meta.len() < file.committed {
-        return "shorter than the backup's committed length";
-    }
-    if file.head_len > 0 && head_hash(&file.path, file.head_len).as_deref() != Some(&file.head) {
-        return "replaced (its first bytes differ)";
-    }
-    "matches"
-}
-
-/// Restores `file` as the database of `state_dir` (offline: no daemon may
-/// hold the directory). A directory that holds a database already is
-/// refused unless `force`, and the database replaced is kept beside it
-/// (`todod.db.replaced-TIME`, with its write-ahead log). Returns the backup's contents and how the phase
-/// outputs it knows compare with the disk.
-pub async fn restore(
-    file: &Path,
-    state_dir: &Path,
-    force: bool,
-) -> Result<(BackupInfo, Vec<OutputCheck>), BackupError> {
-    let wal = PathBuf::from(format!("{}-wal", file.display()));
-    if std::fs::metadata(&wal).is_ok_and(|m| m.len() > 0) {
-        return Err(err(format!(
-            "{} has a write-ahead log beside it ({}): it is a live database, not a backup; \
-             make one with `todoctl backup`",
-            file.display(),
-            wal.display()
-        )));
-    }
-    inspect(file, false).await?;
-    crate::config::ensure_state_dir(state_dir)
-        .map_err(|e| err(format!("{}: {e}", state_dir.display())))?;
-    let _lock = crate::config::lock_state_dir(state_dir).map_err(|e| {
-        err(format!(
-            "{}: a daemon holds this state directory ({e}); stop it first",
-            state_dir.display()
-        ))
-    })?;
-    let db = state_dir.join(crate::config::DATABASE_FILE);
-    if db.exists() && !force {
-        return Err(err(format!(
-            "{} holds a database already; give --force to replace it with the backup",
-            state_dir.display()
-        )));
-    }
-    let staging = todod_engine::phase::files::staging_path(&db);
-    std::fs::copy(file, &staging).map_err(|e| err(format!("{}: {e}", staging.display())))?;
-    std::fs::File::open(&staging)
-        .and_then(|f| f.sync_all())
-        .map_err(err)?;
-    // What goes in place is what was checked: the copy, thoroughly.
-    let info = match inspect(&staging, true).await {
-        Ok(info) => BackupInfo {
-            path: file.to_path_buf(),
-            ..info
-        },
-        Err(e) => {
-            let _ = std::fs::remove_file(&staging);
-            return Err(e);
-        }
-    };
-    // A replaced database is kept aside with its write-ahead log, never
-    // deleted: restoring the wrong file must not lose the right one.
-    if db.exists() {
-        let stamp: String = humantime::format_rfc3339_seconds(std::time::SystemTime::now())
-            .to_string()
-            .chars()
-            .filter(|c| *c != '-' && *c != ':')
-            .collect();
-        for suffix in ["", "-wal", "-shm"] {
-            let from = PathBuf::from(format!("{}{suffix}", db.display()));
-            if from.exists() {
-                let aside = format!("{}.replaced-{stamp}{suffix}", db.display());
-                std::fs::rename(&from, &aside).map_err(|e| err(format!("{aside}: {e}")))?;
-            }
-        }
-    }
-    std::fs::rename(&staging, &db).map_err(|e| err(format!("{}: {e}", db.display())))?;
-    std::fs::File::open(state_dir)
-        .and_then(|d| d.sync_all())
-        .map_err(err)?;
-    let mut conn = open_read_only(&db).await?;
-    let rows = sqlx::query("SELECT task_id, state FROM phase_state ORDER BY task_id")
-        .fetch_all(&mut conn)
-        .await
-        .map_err(err)?;
-    conn.close().await.ok();
-    let mut checks = Vec::new();
-    for row in rows {
-        let task: i64 = row.get(0);
-        let text: String = row.get(1);
-        let Ok(state) = serde_json::from_str::<PhaseState>(&text) else {
-            continue;
-        };
-        for file in state.files.iter().filter(|f| f.identity.is_some()) {
-            checks.push(OutputCheck {
-                task,
-                path: file.path.clone(),
-                verdict: compare(file),
-            });
-        }
-    }
-    Ok((info, checks))
-}
-
 /// Keeps a backup every `every` in `dir`, the newest `keep` of them, until
 /// `shutdown` resolves.
 pub async fn every(
@@ -457,5 +417,6 @@ fn prune(dir: &Path, keep: usize) {
         if let Err(e) = std::fs::remove_file(&old) {
             tracing::warn!(error = %e, "cannot remove old backup {}", old.display());
         }
+        let _ = std::fs::remove_file(checksum_path(&old));
     }
 }

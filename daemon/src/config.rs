@@ -10,7 +10,7 @@ use std::path::Path;
 pub use todod_proto::local::{default_state_dir, DEFAULT_LISTEN, SOCKET_FILE, TOKEN_FILE};
 
 pub const DATABASE_FILE: &str = "todod.db";
-const LOCK_FILE: &str = "todod.lock";
+pub const LOCK_FILE: &str = "todod.lock";
 
 /// Creates the state directory (mode 0700: the database is private).
 pub fn ensure_state_dir(dir: &Path) -> io::Result<()> {

@@ -8,6 +8,7 @@ pub mod api;
 pub mod backup;
 pub mod config;
 pub mod http;
+pub mod restore;
 pub mod scheduler;
 pub mod server;
 

@@ -115,25 +115,44 @@ struct Args {
 #[derive(clap::Subcommand, Debug)]
 enum Command {
     /// Restore a backup (`todoctl backup FILE`) as the state directory's
-    /// database, with no daemon running: the file is checked first
-    /// (integrity_check, a schema this version knows).
+    /// database, with no daemon running. The file is checked first (its
+    /// checksum, integrity_check, a schema this version knows), and what the
+    /// restore will do is listed: the database it replaces, and each phase
+    /// output file the backup's checkpoints know against the file on disk.
     Restore {
         /// The backup file.
         file: PathBuf,
-        /// Replace a database the state directory already holds.
+        /// Restore even though it replaces a database or cuts output files
+        /// back to the backup's checkpoints.
         #[arg(long)]
         force: bool,
+        /// List what the restore would do, and change nothing.
+        #[arg(long, conflicts_with = "force")]
+        dry_run: bool,
     },
 }
 
-/// `todod restore FILE`: prints what was restored and how the phase outputs
-/// the backup knows compare with the disk.
+/// `todod restore FILE`: lists what the restore does, then does it (with
+/// `--force` when it replaces or cuts something back), or only lists it.
 async fn restore(
     file: &std::path::Path,
     state_dir: &std::path::Path,
     force: bool,
+    dry_run: bool,
 ) -> anyhow::Result<()> {
-    let (info, outputs) = todod::backup::restore(file, state_dir, force).await?;
+    let plan = todod::restore::plan(file, state_dir).await?;
+    print!("{}", plan.describe());
+    if dry_run {
+        println!("dry run: nothing was changed");
+        return Ok(());
+    }
+    if plan.needs_force() && !force {
+        anyhow::bail!(
+            "not restored: {}; give --force to restore as listed",
+            plan.why_force().join(", and ")
+        );
+    }
+    let info = todod::restore::apply(&plan).await?;
     println!(
         "restored {} into {}: {} plans, {} tasks, events up to {} (schema {})",
         file.display(),
@@ -143,14 +162,6 @@ async fn restore(
         info.last_seq,
         info.schema_version
     );
-    for check in &outputs {
-        println!(
-            "  t{} {}: {}",
-            check.task,
-            check.path.display(),
-            check.verdict
-        );
-    }
     Ok(())
 }
 
@@ -254,8 +265,13 @@ async fn daemon() -> anyhow::Result<()> {
         None => config::default_state_dir()
             .context("cannot find a state directory: set --state-dir, TODOD_STATE_DIR or HOME")?,
     };
-    if let Some(Command::Restore { file, force }) = &args.command {
-        return restore(file, &state_dir, *force).await;
+    if let Some(Command::Restore {
+        file,
+        force,
+        dry_run,
+    }) = &args.command
+    {
+        return restore(file, &state_dir, *force, *dry_run).await;
     }
     config::ensure_state_dir(&state_dir)
         .with_context(|| format!("cannot create state directory {}", state_dir.display()))?;

@@ -33,15 +33,17 @@ fn todoctl(daemon: &RealDaemon, args: &[&str]) -> (i32, String, String) {
 }
 
 fn todod_restore(file: &Path, state: &Path, force: bool) -> (i32, String, String) {
+    todod_restore_with(file, state, if force { &["--force"] } else { &[] })
+}
+
+fn todod_restore_with(file: &Path, state: &Path, flags: &[&str]) -> (i32, String, String) {
     let mut command = Command::new(binary("todod"));
     command
         .arg("restore")
         .arg(file)
         .arg("--state-dir")
-        .arg(state);
-    if force {
-        command.arg("--force");
-    }
+        .arg(state)
+        .args(flags);
     let out = command.env("RUST_LOG", "warn").output().unwrap();
     (
         out.status.code().unwrap_or(-1),
@@ -93,7 +95,7 @@ async fn a_backup_of_a_busy_daemon_restores_with_every_acknowledged_write() {
     .await;
     let data = tempfile::tempdir().unwrap();
     let state = tempfile::tempdir().unwrap();
-    gen::write_prompts(&data.path().join("prompts.jsonl"), 3000, false);
+    gen::write_prompts(&data.path().join("prompts.jsonl"), 1500, false);
     let daemon = RealDaemon::spawn(state.path());
     let mut c = daemon.client().await;
     let generation = create_generation(
@@ -129,6 +131,8 @@ async fn a_backup_of_a_busy_daemon_restores_with_every_acknowledged_write() {
         }));
     }
     // Let the writers and the generation get going, then back up.
+    let done = |t: &proto::Task| t.progress.as_ref().map_or(0, |p| p.done);
+    todod_e2e::wait_task(&mut c, "gen", &generation, |t| done(t) >= 200).await;
     while acked.lock().unwrap().len() < 200 {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -153,6 +157,10 @@ async fn a_backup_of_a_busy_daemon_restores_with_every_acknowledged_write() {
         generating.status, "in_progress",
         "the backup was taken mid-run"
     );
+    // The run commits more after the backup: its output grows past the
+    // backup's checkpoint.
+    let after = done(&generating) + 300;
+    todod_e2e::wait_task(&mut c, "gen", &generation, |t| done(t) >= after).await;
 
     // What the original holds, before it stops: the copy's daemon would take
     // the generation over, and one output file has one writer.
@@ -168,11 +176,46 @@ async fn a_backup_of_a_busy_daemon_restores_with_every_acknowledged_write() {
     let info = todod::backup::inspect(&file, true).await.unwrap();
     assert!(info.tasks as usize > before.len());
     let restored = tempfile::tempdir().unwrap();
-    let (code, out, err) = todod_restore(&file, restored.path(), false);
+    let empty = |dir: &Path| std::fs::read_dir(dir).unwrap().count() == 0;
+    // The generation went on after the backup: its output holds more than
+    // the backup's checkpoint, and the restore says by how much.
+    let out_file = data.path().join("out.jsonl");
+    let on_disk = std::fs::read(&out_file).unwrap();
+    let complete_lines = on_disk.iter().filter(|b| **b == b'\n').count();
+    let (code, out, err) = todod_restore_with(&file, restored.path(), &["--dry-run"]);
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.contains(&format!("{} tasks", info.tasks)), "{out}");
-    // The generation's output, as the backup knows it, still matches the disk.
-    assert!(out.contains("out.jsonl: matches"), "{out}");
+    assert!(out.contains("dry run: nothing was changed"), "{out}");
+    assert!(empty(restored.path()), "a dry run changes nothing");
+    let listed = out
+        .lines()
+        .find(|l| l.contains("out.jsonl:"))
+        .unwrap_or_else(|| panic!("the output file is listed: {out}"));
+    let number_after = |text: &str, key: &str| -> u64 {
+        let at = text
+            .find(key)
+            .unwrap_or_else(|| panic!("{key:?} in {text}"))
+            + key.len();
+        text[at..].split(' ').next().unwrap().parse().unwrap()
+    };
+    let held = number_after(listed, "checkpoint holds ");
+    let redo = number_after(listed, "makes the ");
+    assert_eq!(
+        number_after(listed, ", the file "),
+        complete_lines as u64,
+        "{listed}"
+    );
+    assert!(redo > 0 && held + redo == complete_lines as u64, "{listed}");
+    // Without --force: refused, and the directory left as it was.
+    let (code, _, err) = todod_restore(&file, restored.path(), false);
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("--force") && err.contains("1 output file"),
+        "{err}"
+    );
+    assert!(empty(restored.path()), "a refused restore changes nothing");
+    let (code, out, err) = todod_restore(&file, restored.path(), true);
+    assert_eq!(code, 0, "{out}{err}");
     let copy = RealDaemon::spawn(restored.path());
     let mut rc = copy.client().await;
     let held = task_ids(&mut rc, "busy").await;
@@ -185,6 +228,16 @@ async fn a_backup_of_a_busy_daemon_restores_with_every_acknowledged_write() {
         held.is_subset(&all),
         "nothing the original did not acknowledge"
     );
+    // The restored daemon finishes the generation from the backup's
+    // checkpoint: every record once.
+    let task = todod_e2e::wait_task(&mut rc, "gen", &generation, |t| {
+        t.status == "completed" || t.status == "failed"
+    })
+    .await;
+    assert_eq!(task.status, "completed", "{}", task.error);
+    let files = gen::written(data.path(), &gen::prompt_texts(1500));
+    assert_eq!(files.records + files.failed, 1500);
+    assert!(files.ids.values().all(|n| *n == 1), "each prompt once");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -241,7 +294,46 @@ async fn restore_refuses_a_torn_file_a_newer_schema_and_a_database_in_the_way() 
     let (code, _, err) = todod_restore(&torn, fresh.path(), false);
     assert_ne!(code, 0);
     assert!(err.contains("torn.db"), "{err}");
-    assert!(!fresh.path().join("todod.db").exists(), "nothing restored");
+    assert_eq!(
+        std::fs::read_dir(fresh.path()).unwrap().count(),
+        0,
+        "a failed restore leaves the directory as it was"
+    );
+
+    // One byte changed inside a row: integrity_check cannot see it (SQLite
+    // pages carry no checksum), the checksum written beside the backup can.
+    let checksum = std::fs::read_to_string(data.path().join("good.db.sha256")).unwrap();
+    assert_eq!(
+        checksum.split_whitespace().collect::<Vec<_>>(),
+        [todod::backup::sha256_of(&good).unwrap().as_str(), "good.db"],
+        "sha256sum's format"
+    );
+    let bent = data.path().join("bent.db");
+    let mut bytes = bytes.clone();
+    let marker = b"task 7 xxxx";
+    let at = bytes
+        .windows(marker.len())
+        .position(|w| w == marker)
+        .expect("a task's content in the file")
+        + marker.len();
+    bytes[at] = b'y';
+    std::fs::write(&bent, &bytes).unwrap();
+    std::fs::write(
+        data.path().join("bent.db.sha256"),
+        checksum.replace("good.db", "bent.db"),
+    )
+    .unwrap();
+    assert!(
+        todod::backup::inspect(&bent, true).await.is_ok(),
+        "integrity_check passes the changed byte"
+    );
+    let (code, out, err) = todod_restore_with(&bent, fresh.path(), &["--dry-run"]);
+    assert_ne!(code, 0, "{out}");
+    assert!(
+        err.contains("bent.db") && err.contains("changed after it was made"),
+        "{err}"
+    );
+    assert_eq!(std::fs::read_dir(fresh.path()).unwrap().count(), 0);
 
     let newer = data.path().join("newer.db");
     std::fs::copy(&good, &newer).unwrap();
@@ -330,7 +422,13 @@ async fn a_daemon_killed_during_a_backup_leaves_no_file_at_the_target() {
         .unwrap()
         .map(|e| e.unwrap().file_name())
         .collect();
-    assert_eq!(leftovers, ["graph.backup"], "no staging file left");
+    let mut leftovers = leftovers;
+    leftovers.sort();
+    assert_eq!(
+        leftovers,
+        ["graph.backup", "graph.backup.sha256"],
+        "no staging file left"
+    );
 
     // A damaged database is refused at start, naming the last backup.
     let mut daemon = daemon;
