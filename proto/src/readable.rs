@@ -35,9 +35,51 @@ pub fn size(n: f64) -> String {
     }
 }
 
+/// `v` to `digits` significant figures: `274` for 273.615 at 3, `0.0123`
+/// for 0.012345, `12300` for 12345.
+pub fn significant(v: f64, digits: u32) -> String {
+    if v == 0.0 || !v.is_finite() {
+        return format!("{v}");
+    }
+    let magnitude = v.abs().log10().floor() as i32;
+    let decimals = (digits as i32 - 1 - magnitude).max(0) as usize;
+    let step = 10f64.powi(magnitude - digits as i32 + 1);
+    let rounded = (v / step).round() * step;
+    format!("{rounded:.decimals$}")
+}
+
+/// A list in words: `a`, `a and b`, `a, b and c`.
+pub fn words(items: &[impl AsRef<str>]) -> String {
+    match items {
+        [] => String::new(),
+        [one] => one.as_ref().to_string(),
+        [rest @ .., last] => format!(
+            "{} and {}",
+            rest.iter()
+                .map(AsRef::as_ref)
+                .collect::<Vec<_>>()
+                .join(", "),
+            last.as_ref()
+        ),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn significant_figures_and_lists_in_words() {
+        assert_eq!(significant(273.615, 3), "274");
+        assert_eq!(significant(0.012345, 3), "0.0123");
+        assert_eq!(significant(12345.0, 3), "12300");
+        assert_eq!(significant(2.5, 3), "2.50");
+        assert_eq!(significant(0.0, 3), "0");
+        assert_eq!(words(&["a"]), "a");
+        assert_eq!(words(&["a", "b"]), "a and b");
+        assert_eq!(words(&["a", "b", "c"]), "a, b and c");
+        assert_eq!(words(&[] as &[&str]), "");
+    }
 
     #[test]
     fn each_figure_in_the_unit_that_shows_it() {

@@ -293,6 +293,13 @@ async fn a_browser_follows_a_generation_live_with_its_projection_band() {
         )
         .await;
     assert!(took.as_str().unwrap().contains("the band"), "{took}");
+    // Said once: the summary above it leaves the band to it.
+    let said = browser
+        .eval(&format!(
+            "return {section}.textContent.split('the band').length - 1;"
+        ))
+        .await;
+    assert_eq!(said, 1, "the run against its band, said once");
     let report = std::fs::read_to_string(dir.path().join("feasibility.html")).unwrap();
     assert!(
         report.contains(&format!("Generation {generation} took <b>")),
@@ -306,6 +313,17 @@ async fn a_browser_follows_a_generation_live_with_its_projection_band() {
     .await;
     assert_eq!(status, 200);
     assert_eq!(served, report);
+    // It links back to its plan's page, which serves.
+    assert!(
+        report.contains(&format!(
+            "Task {feasibility} of plan <a href=\"/plans/page\">page</a>"
+        )),
+        "{report}"
+    );
+    assert!(
+        report.contains(&format!("at {}; prompts", mock.url)),
+        "endpoints in words: {report}"
+    );
     let (status, _) = get(
         daemon.addr,
         &format!("/tasks/{generation}/report"),

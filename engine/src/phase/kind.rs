@@ -72,6 +72,9 @@ pub struct View {
     pub notes: Vec<String>,
     /// The run's time against the projection it was held to.
     pub held: Option<todod_proto::results::HeldOutcome>,
+    /// The summary without what `held` says, for a reader that shows
+    /// `held` in full beside it (the status page): said once, not twice.
+    pub summary_apart_from_held: Option<String>,
     /// Records that failed, by class.
     pub failures_by_class: std::collections::BTreeMap<String, u64>,
     /// Whether the kind renders a report of the task (`PhaseKind::report`).

@@ -377,7 +377,9 @@ fn finished(d: &PhaseDetail) -> Markup {
         return html! {};
     };
     html! {
-        p class="progress-text" { (view.summary) }
+        p class="progress-text" {
+            (view.summary_apart_from_held.as_deref().filter(|_| view.held.is_some()).unwrap_or(&view.summary))
+        }
         @if !view.notes.is_empty() {
             ul { @for note in &view.notes { li { (note) } } }
         }

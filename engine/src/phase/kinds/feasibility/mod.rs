@@ -571,7 +571,18 @@ async fn run_inner(run: &RunContext, spec: FeasibilitySpec) -> Result<Ended, Str
     let replace = state.pass > 0;
     let result = serde_json::to_string(&decided.result).unwrap_or_default();
     if let Some(path) = &spec.report {
-        let html = report::html(&decided.result);
+        let plan = run
+            .store
+            .get_task(run.task)
+            .await
+            .map_err(|e| format!("cannot read the task: {e}"))?
+            .plan;
+        let task = run.task.to_string();
+        let origin = report::Origin {
+            task: &task,
+            plan: &plan,
+        };
+        let html = report::html(&decided.result, origin);
         report::write(run.fs.as_ref(), "report", path, html.as_bytes(), replace)?;
     }
     if let Some(path) = &spec.result_file {

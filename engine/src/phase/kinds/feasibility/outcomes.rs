@@ -29,11 +29,15 @@ async fn held_runs(store: &PhaseStore, task: TaskId) -> Result<Vec<(String, Held
     Ok(runs)
 }
 
-/// The task's result and the path its spec writes the report to.
-async fn feasibility(
-    store: &PhaseStore,
-    task: TaskId,
-) -> Result<Option<(FeasibilityResult, Option<String>)>, String> {
+/// What a report is made from: the task's result, its plan, and the path
+/// its spec writes the report to.
+struct Feasibility {
+    result: FeasibilityResult,
+    plan: String,
+    path: Option<String>,
+}
+
+async fn feasibility(store: &PhaseStore, task: TaskId) -> Result<Option<Feasibility>, String> {
     let t = store
         .get_task(task)
         .await
@@ -47,14 +51,23 @@ async fn feasibility(
         .and_then(|s| super::FeasibilitySpec::parse(s).ok())
         .and_then(|spec| spec.report)
         .map(|p| p.display().to_string());
-    Ok(Some((result, path)))
+    Ok(Some(Feasibility {
+        result,
+        plan: t.plan,
+        path,
+    }))
 }
 
-fn render(result: &FeasibilityResult, runs: &mut [(String, HeldOutcome)]) -> String {
+fn render(task: TaskId, f: &Feasibility, runs: &mut [(String, HeldOutcome)]) -> String {
     // In the order the tasks were made, wherever they came from.
     runs.sort_by_key(|(id, _)| TaskId::parse("id", id).map_or(i64::MAX, |t| t.0));
     let runs: Vec<report::Outcome> = runs.iter().map(|(id, o)| (id.as_str(), o)).collect();
-    report::html_with_runs(result, &runs)
+    let task = task.to_string();
+    let origin = report::Origin {
+        task: &task,
+        plan: &f.plan,
+    };
+    report::html_with_runs(&f.result, origin, &runs)
 }
 
 /// Writes feasibility `task`'s report again with how its generations went:
@@ -66,13 +79,16 @@ pub async fn report_outcome(
     task: TaskId,
     ending: (TaskId, &HeldOutcome),
 ) -> Result<(), String> {
-    let Some((result, Some(path))) = feasibility(store, task).await? else {
+    let Some(f) = feasibility(store, task).await? else {
+        return Ok(());
+    };
+    let Some(path) = f.path.clone() else {
         return Ok(());
     };
     let mut runs = held_runs(store, task).await?;
     runs.retain(|(id, _)| *id != ending.0.to_string());
     runs.push((ending.0.to_string(), ending.1.clone()));
-    let html = render(&result, &mut runs);
+    let html = render(task, &f, &mut runs);
     report::write(
         fs,
         "report",
@@ -85,9 +101,9 @@ pub async fn report_outcome(
 /// Feasibility `task`'s report as it stands: rendered from its result and
 /// its generations' outcomes (the same bytes as the file, once written).
 pub async fn report_now(store: &PhaseStore, task: TaskId) -> Result<Option<String>, String> {
-    let Some((result, _)) = feasibility(store, task).await? else {
+    let Some(f) = feasibility(store, task).await? else {
         return Ok(None);
     };
     let mut runs = held_runs(store, task).await?;
-    Ok(Some(render(&result, &mut runs)))
+    Ok(Some(render(task, &f, &mut runs)))
 }

@@ -55,13 +55,13 @@ fn chart(title: &str, unit: &str, points: &[(f64, f64)], chosen: Option<f64>) ->
     svg.push_str(&format!(
         "<line x1=\"{PAD}\" y1=\"{b}\" x2=\"{r}\" y2=\"{b}\" stroke=\"#888\"/>\
          <line x1=\"{PAD}\" y1=\"{top}\" x2=\"{PAD}\" y2=\"{b}\" stroke=\"#888\"/>\
-         <text x=\"4\" y=\"{top2}\" font-size=\"10\">{max:.3}</text>\
+         <text x=\"4\" y=\"{top2}\" font-size=\"10\">{max}</text>\
          <text x=\"4\" y=\"{b}\" font-size=\"10\">0</text>",
         b = py(0.0),
         r = W - PAD,
         top = py(y1),
         top2 = py(y1) + 10.0,
-        max = y1 / 1.1,
+        max = significant(y1 / 1.1, 3),
     ));
     let path: Vec<String> = points
         .iter()
@@ -91,7 +91,27 @@ fn chart(title: &str, unit: &str, points: &[(f64, f64)], chosen: Option<f64>) ->
 }
 
 use todod_proto::results::{Estimate, FeasibilityResult, HeldOutcome, ServerSummary};
-use todod_proto::readable::{count, duration, size};
+use todod_proto::readable::{count, duration, significant, size, words};
+
+/// The task a report is of, and its plan: the report links back to the
+/// plan's status page.
+#[derive(Debug, Clone, Copy)]
+pub struct Origin<'a> {
+    pub task: &'a str,
+    pub plan: &'a str,
+}
+
+/// A plan's name as a URL path segment.
+fn path_segment(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            b => format!("%{b:02X}"),
+        })
+        .collect()
+}
 
 /// An estimate as `v (lo–hi, 95%)` in `show`'s units.
 fn estimate_with(e: Option<&Estimate>, show: impl Fn(f64) -> String) -> String {
@@ -196,12 +216,12 @@ fn band_strip(h: &Estimate, actual: f64, show: &dyn Fn(f64) -> String) -> String
 }
 
 /// The report of `result`.
-pub fn html(result: &FeasibilityResult) -> String {
-    html_with_runs(result, &[])
+pub fn html(result: &FeasibilityResult, origin: Origin) -> String {
+    html_with_runs(result, origin, &[])
 }
 
 /// The report of `result`, with how the generations held to it went.
-pub fn html_with_runs(result: &FeasibilityResult, runs: &[Outcome]) -> String {
+pub fn html_with_runs(result: &FeasibilityResult, origin: Origin, runs: &[Outcome]) -> String {
     let chosen = result.choice.as_ref().map(|c| c.concurrency);
     let mut out = String::from(
         "<!doctype html><html><head><meta charset=\"utf-8\"><title>todod feasibility</title>\
@@ -216,10 +236,18 @@ pub fn html_with_runs(result: &FeasibilityResult, runs: &[Outcome]) -> String {
         escape(&result.verdict)
     ));
     out.push_str(&format!(
+        "<p class=\"origin\">Task {} of plan <a href=\"/plans/{}\">{}</a> \
+         (<code>todoctl status {}</code>).</p>",
+        escape(origin.task),
+        escape(&path_segment(origin.plan)),
+        escape(origin.plan),
+        escape(origin.plan),
+    ));
+    out.push_str(&format!(
         "<p>Model {} at {}; prompts {} ({} usable, sample of {} with seed {}).</p>",
         escape(&result.model),
-        escape(&serde_json::to_string(&result.endpoints).unwrap_or_default()),
-        escape(&serde_json::to_string(&result.prompts).unwrap_or_default()),
+        escape(&words(&result.endpoints)),
+        escape(&result.prompts),
         result.usable_prompts,
         result.sample.size,
         result.sample.seed,
@@ -382,6 +410,34 @@ mod tests {
     use super::*;
     use serde_json::{json, Value};
 
+    const ORIGIN: Origin = Origin {
+        task: "t2",
+        plan: "data gen",
+    };
+
+    #[test]
+    fn the_report_says_whose_it_is_and_its_figures_in_words() {
+        let r = result(json!({
+            "endpoints": ["http://a:8000", "http://b:8000", "http://c:8000"],
+            "prompts": "/data/prompts.jsonl",
+            "levels": [level(1, 273.615, 1.0), level(2, 200.0, 1.5)],
+        }));
+        let page = html(&r, ORIGIN);
+        assert!(
+            page.contains(
+                "Task t2 of plan <a href=\"/plans/data%20gen\">data gen</a> \
+                 (<code>todoctl status data gen</code>)."
+            ),
+            "{page}"
+        );
+        assert!(
+            page.contains("at http://a:8000, http://b:8000 and http://c:8000; prompts /data/prompts.jsonl ("),
+            "{page}"
+        );
+        // The axis's top label to three significant figures.
+        assert!(page.contains(">274</text>") && !page.contains("273.615"), "{page}");
+    }
+
     /// A result with every required field, `over` laid on top.
     fn result(over: Value) -> FeasibilityResult {
         let mut base = json!({
@@ -414,12 +470,12 @@ mod tests {
             "choice": {"concurrency": 4, "why": "knee"},
             "levels": [level(1, 10.0, 1.0), level(4, 38.0, 1.2)],
         }));
-        let page = html(&r);
+        let page = html(&r, ORIGIN);
         assert!(page.contains("&lt;b&gt;m&lt;/b&gt;") && !page.contains("<b>m</b>"));
         assert!(page.contains("over &lt;budget&gt;"));
         assert!(page.contains("class=\"chosen\""));
         assert_eq!(page.matches("<svg").count(), 2);
-        assert_eq!(page, html(&r), "the same result, the same bytes");
+        assert_eq!(page, html(&r, ORIGIN), "the same result, the same bytes");
     }
 
     fn projection() -> Value {
@@ -441,7 +497,7 @@ mod tests {
         l["server"] = json!({"samples": 5, "running": 7.9, "waiting": 3.0,
                              "max_kv_cache_usage": 0.42});
         l["limited_by"] = json!("requests <queued>");
-        let page = html(&result(json!({"projection": projection(), "levels": [l]})));
+        let page = html(&result(json!({"projection": projection(), "levels": [l]})), ORIGIN);
         assert!(page.contains("2m00s (1m42s–2m18s, 95%)"), "{page}");
         assert!(page.contains("2.5 MB (2.0 MB–3.0 MB, 95%)"), "{page}");
         assert!(page.contains("7.9 / 3.0 / 42%"), "{page}");
@@ -465,7 +521,7 @@ mod tests {
             inside_interval: true,
             error: -0.0625,
         };
-        let page = html_with_runs(&r, &[("t3", &outcome)]);
+        let page = html_with_runs(&r, ORIGIN, &[("t3", &outcome)]);
         assert!(
             page.contains("Generation t3 took <b>4m30s</b> against 4m48s projected (4m12s–5m24s, 95%): 6.2 % faster than projected, <b>inside</b> the band."),
             "{page}"
@@ -477,7 +533,7 @@ mod tests {
             held_for_remeasures_hours: 0.1,
             ..outcome
         };
-        let page = html_with_runs(&r, &[("<t9>", &slow)]);
+        let page = html_with_runs(&r, ORIGIN, &[("<t9>", &slow)]);
         assert!(
             page.contains(
                 "Generation &lt;t9&gt; took <b>6m00s</b> (and 6m00s held for re-measurements)"
@@ -488,6 +544,6 @@ mod tests {
             page.contains("25.0 % slower than projected, <b>outside</b> the band"),
             "{page}"
         );
-        assert!(!html(&r).contains("How the generation went"));
+        assert!(!html(&r, ORIGIN).contains("How the generation went"));
     }
 }

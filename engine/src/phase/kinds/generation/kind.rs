@@ -97,6 +97,7 @@ impl PhaseKind for Generation {
         if r.rejected > 0 {
             line.push_str(&format!(", {} rejected", r.rejected));
         }
+        let counts = line.clone();
         if let Some(o) = &r.projection {
             let secs = |h: f64| todod_proto::readable::duration((h * 3600.0).round() as i64);
             line.push_str(&format!(
@@ -120,6 +121,7 @@ impl PhaseKind for Generation {
                 .map(|requests| format!("requests: {}", requests.describe()))
                 .collect(),
             held: r.projection.clone(),
+            summary_apart_from_held: r.projection.is_some().then_some(counts),
             failures_by_class: r.failures_by_class.clone(),
             report: false,
         }
