@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use todod_e2e::daemons::{
-    daemon, daemon_index, daemon_with_lease, done, holder, lease, poll, shard_holders, signal, task,
+    daemon, daemon_index, daemon_with_lease, done, holder, lease, let_go, open_files_under, poll,
+    shard_holders, signal, snapshot, task,
 };
 use todod_e2e::gen::{self, assert_result_matches, prompt_texts, write_prompts, written};
 use todod_e2e::mock_openai::{MockOpenAi, Settings};
@@ -44,9 +45,11 @@ async fn three_daemons(url: &str, prompts: usize) -> Three {
 
 /// The issue's scenario on one machine: three daemons on one database run a
 /// generation. The one running it is paused (SIGSTOP) past its lease, and
-/// another takes the task over; the paused one is let go on (SIGCONT) and
-/// must write nothing more (its run is fenced, and the file lock it held
-/// kept the new holder from writing until it let go). Then the holder is
+/// another takes the task over and goes on while the paused one still holds
+/// the output file (the new holder forks it: the committed bytes go on in a
+/// copy that takes the file's path). The paused one is let go on (SIGCONT)
+/// and writes nothing anyone reads (its run is fenced, its file is at no
+/// path). Then the holder is
 /// killed (SIGKILL), another takes over after the lease, and the killed one
 /// is restarted. Every record is in the output once, and the counts a user
 /// reads are what the files hold. On the way, a watch through one daemon
@@ -128,17 +131,16 @@ async fn three_daemons_share_a_generation_through_a_pause_and_a_kill() {
     )
     .await;
     let taker = daemon_index(&daemons, holder(&taken).unwrap());
-    // Well past its lease before it wakes.
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    signal(&daemons[paused], libc::SIGCONT);
 
-    // The new holder goes on once the woken one has let go; kill it then.
+    // The new holder goes on while the paused one still holds the output
+    // file (it forks it); the paused one wakes then, and is fenced.
     let before = done(&taken);
-    let mut other = daemons[(taker + 1) % 3].client().await;
+    // Asked through the third daemon: a call to the paused one would hang.
+    let mut other = daemons[3 - paused - taker].client().await;
     let going = poll(
         &mut other,
         &id,
-        "progress after the takeover",
+        "progress after the takeover, the old holder still paused",
         Duration::from_secs(120),
         |t| t.status != "in_progress" || done(t) >= before + 400,
     )
@@ -147,6 +149,7 @@ async fn three_daemons_share_a_generation_through_a_pause_and_a_kill() {
         going.status, "in_progress",
         "the run ended too soon to be killed: {going:?}"
     );
+    signal(&daemons[paused], libc::SIGCONT);
     let killed = daemon_index(&daemons, holder(&going).unwrap());
     daemons[killed].kill9();
     let killed_at = Instant::now();
@@ -406,8 +409,10 @@ async fn a_daemon_that_cannot_reach_the_output_directory_does_not_claim_the_task
 
 /// The issue's sharded scenario: three daemons on one database share a
 /// 20k-record generation split into three shards, one shard each. The
-/// holder of one shard is paused (SIGSTOP) past its lease and its shard is
-/// taken over; woken (SIGCONT), it writes nothing more. The holder of
+/// holder of one shard is paused (SIGSTOP) and stays paused to the end: its
+/// shard is taken over and goes on at once in a fork of the file the paused
+/// one still holds; woken (SIGCONT) after the run completes, it changes
+/// nothing anyone reads. The holder of
 /// another is killed (SIGKILL) and its shard taken over, and the killed
 /// daemon is restarted. In the end every record is in exactly one part
 /// once, the parts put together are the output, and the counts a user
@@ -486,40 +491,46 @@ async fn three_daemons_share_a_sharded_generation_through_a_pause_and_a_kill() {
         |t| shard_holders(t)[0].is_some_and(|pid| pid != paused_pid),
     )
     .await;
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    signal(&daemons[paused], libc::SIGCONT);
+    // It stays paused to the end: a daemon frozen for good (a paused VM,
+    // a stopped container) holds nothing up.
 
-    // Kill the holder of shard 1 once the run has gone on; its shard is
-    // taken over, and the killed daemon comes back.
+    // Kill the holder of a shard still going once the run has gone on (the
+    // taker of shard 0 if it still runs it: that shard, held up by the
+    // pause, is the last to end); its shard is taken over, and the killed
+    // daemon comes back.
     let before = done(&taken);
+    let live_shard = |t: &todod_e2e::proto::Task| -> Option<usize> {
+        let holders = shard_holders(t);
+        let live = |i: &usize| holders[*i].is_some_and(|pid| pid != paused_pid);
+        [0, 1, 2].into_iter().find(live)
+    };
     let going = poll(
         &mut other,
         &id,
         "progress after the takeover",
         Duration::from_secs(120),
-        |t| {
-            t.status != "in_progress" || (done(t) >= before + 1000 && shard_holders(t)[1].is_some())
-        },
+        |t| t.status != "in_progress" || (done(t) >= before + 500 && live_shard(t).is_some()),
     )
     .await;
     assert_eq!(
         going.status, "in_progress",
         "the run ended too soon to be killed: {going:?}"
     );
-    let killed = daemon_index(&daemons, shard_holders(&going)[1].unwrap());
+    let shard = live_shard(&going).unwrap();
+    let killed = daemon_index(&daemons, shard_holders(&going)[shard].unwrap());
     let killed_pid = daemons[killed].child.id();
     daemons[killed].kill9();
     let killed_at = Instant::now();
-    let mut survivor = daemons[(killed + 1) % 3].client().await;
+    let mut survivor = daemons[3 - paused - killed].client().await;
     let after_kill = poll(
         &mut survivor,
         &id,
-        "shard 1 taken from the killed daemon",
+        "the shard taken from the killed daemon",
         Duration::from_secs(60),
         |t| {
             t.status != "in_progress"
-                || t.shards.iter().any(|s| s.index == 1 && s.done)
-                || shard_holders(t)[1].is_some_and(|pid| pid != killed_pid)
+                || t.shards.iter().any(|s| s.index as usize == shard && s.done)
+                || shard_holders(t)[shard].is_some_and(|pid| pid != killed_pid)
         },
     )
     .await;
@@ -559,8 +570,34 @@ async fn three_daemons_share_a_sharded_generation_through_a_pause_and_a_kill() {
         task_events(&mut c, &id, "shard_done").await.len(),
         SHARDS as usize
     );
+
+    // Woken at last, the paused daemon finds its run fenced and its file at
+    // no path: it lets go, and nothing anyone reads has changed.
+    let before_wake = snapshot(dir.path());
+    let held = open_files_under(paused_pid, dir.path());
+    assert!(
+        held.iter()
+            .any(|f| f.contains("out.part-0000.jsonl") && f.ends_with("(deleted)")),
+        "the paused daemon held its shard's old file, now at no path: {held:?}"
+    );
+    signal(&daemons[paused], libc::SIGCONT);
+    let_go(paused_pid, dir.path(), Duration::from_secs(60)).await;
+    assert!(
+        before_wake == snapshot(dir.path()),
+        "the woken daemon changed the files"
+    );
+    let after_wake = task(&mut c, &id).await;
+    assert_eq!(after_wake.status, "completed");
+    assert_eq!(
+        after_wake.result_json, finished.result_json,
+        "the result changed"
+    );
+    assert_eq!(
+        after_wake.updated_at, finished.updated_at,
+        "the task changed"
+    );
     println!(
-        "{PROMPTS} records over {SHARDS} shards once each; paused daemon {paused}, killed {killed}; \
+        "{PROMPTS} records over {SHARDS} shards once each; paused daemon {paused} (woken only at the end), killed {killed} (holding shard {shard}); \
          {} takeovers; the killed holder's shard held again after {takeover:?} (lease {})",
         resumed.len(),
         lease()

@@ -40,6 +40,51 @@ pub fn signal(daemon: &RealDaemon, signal: i32) {
     }
 }
 
+/// The files under `dir` that process `pid` holds open, as /proc names
+/// them (a file unlinked since ends in " (deleted)").
+pub fn open_files_under(pid: u32, dir: &Path) -> Vec<String> {
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return Vec::new();
+    };
+    fds.flatten()
+        .filter_map(|fd| std::fs::read_link(fd.path()).ok())
+        .filter(|target| target.starts_with(dir))
+        .map(|target| target.display().to_string())
+        .collect()
+}
+
+/// Waits (up to `limit`) until process `pid` holds nothing open under
+/// `dir`: a woken daemon whose run was taken over has let go of its files.
+pub async fn let_go(pid: u32, dir: &Path, limit: Duration) {
+    let started = Instant::now();
+    loop {
+        let held = open_files_under(pid, dir);
+        if held.is_empty() {
+            return;
+        }
+        assert!(
+            started.elapsed() < limit,
+            "process {pid} still holds {held:?} after {limit:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Every file directly in `dir`, by name, with its bytes.
+pub fn snapshot(dir: &Path) -> std::collections::BTreeMap<String, Vec<u8>> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
+        .map(|e| {
+            (
+                e.file_name().to_string_lossy().into_owned(),
+                std::fs::read(e.path()).unwrap(),
+            )
+        })
+        .collect()
+}
+
 pub async fn task(c: &mut Client, id: &str) -> proto::Task {
     c.get_task(proto::GetTaskRequest { id: id.into() })
         .await

@@ -239,6 +239,21 @@ fn refusal(path: &Path, why: impl std::fmt::Display) -> io::Error {
     )
 }
 
+/// Where a run that takes an output file over from a writer still holding
+/// it copies the committed bytes, until the copy's identity is committed and
+/// it replaces the file: `PATH.todod-fork`.
+pub fn fork_path(path: &Path) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(".todod-fork");
+    PathBuf::from(name)
+}
+
+/// Puts a fork whose identity is committed ([`Output::fork`]) in place of
+/// the file it copied; durable on return.
+pub fn publish_fork(fs: &dyn Fs, path: &Path) -> io::Result<()> {
+    fs.replace(&fork_path(path), path)
+}
+
 /// Another open file description holds the file's lock: another process
 /// writes it (on a database several daemons share, possibly a daemon whose
 /// run lost its lease while paused and has not noticed yet). The kind is
@@ -359,51 +374,20 @@ impl Output {
         let Some(identity) = state.identity else {
             return Err(refusal(&path, "was never created"));
         };
-        let file = match fs.open_existing(&path) {
-            Ok(file) => file,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                return Err(refusal(
-                    &path,
-                    format!(
-                        "is gone, with {} committed bytes; restore it, or start a new task",
-                        state.committed
-                    ),
-                ))
-            }
-            Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
-                return Err(refusal(
-                    &path,
-                    "was replaced by a symbolic link; not touched",
-                ))
-            }
-            Err(e) => return Err(refusal(&path, e)),
-        };
-        if file.identity()? != identity {
-            return Err(refusal(
-                &path,
-                "was replaced by another file since todod created it; not touched",
-            ));
+        // A fork whose identity was committed but which had not replaced
+        // the file yet (the run died between the two) is the file now.
+        // A fork whose identity was never committed is a copy only: removed.
+        let fork = fork_path(&path);
+        match fs.stat(&fork)? {
+            Entry::Regular { identity: at, .. } if at == identity => publish_fork(fs, &path)?,
+            Entry::Regular { .. } => fs.remove(&fork)?,
+            _ => {}
         }
-        let len = file.len()?;
-        if len < state.committed {
-            return Err(refusal(
-                &path,
-                format!(
-                    "is {len} bytes but {} were committed; it was cut outside todod",
-                    state.committed
-                ),
-            ));
-        }
-        if state.head_len > 0 && hash_head(&*file, state.head_len)? != state.head {
-            return Err(refusal(
-                &path,
-                "was replaced by another file (its first bytes differ from what todod \
-                 wrote); not touched",
-            ));
-        }
+        let file = open_committed(fs, &state, identity)?;
         if !file.try_lock()? {
             return Err(locked(&path));
         }
+        let len = file.len()?;
         let mut output = Output {
             written: state.committed,
             state,
@@ -418,6 +402,112 @@ impl Output {
         Ok(output)
     }
 
+    /// Takes the file of `state` over from a writer that still holds its
+    /// lock (on a database several daemons share, a daemon paused past its
+    /// lease that has not noticed yet). Its committed bytes are copied into
+    /// a new file beside it ([`fork_path`]), locked and fsynced, which stands
+    /// for it from now on: the caller commits the returned output's state
+    /// (the fork's identity), then [`publish_fork`]s it over the path. The
+    /// old writer keeps the old file, by then at no path: what it writes
+    /// when it wakes lands where no reader looks, and its commits are
+    /// refused (its lease is gone).
+    pub fn fork(fs: &dyn Fs, state: FileState) -> io::Result<Output> {
+        let path = state.path.clone();
+        let Some(identity) = state.identity else {
+            return Err(refusal(&path, "was never created"));
+        };
+        let source = open_committed(fs, &state, identity)?;
+        let fork = fork_path(&path);
+        match fs.stat(&fork)? {
+            Entry::Missing => {}
+            // A copy an earlier run left before its commit: never the file.
+            Entry::Regular { .. } => fs.remove(&fork)?,
+            _ => return Err(refusal(&fork, "is not a regular file; refused")),
+        }
+        let mut copy = fs.create_new(&fork)?;
+        if !copy.try_lock()? {
+            return Err(locked(&fork));
+        }
+        let mut buffer = vec![0u8; 1 << 20];
+        let mut at = 0u64;
+        while at < state.committed {
+            let want = buffer.len().min((state.committed - at) as usize);
+            let n = source.read_at(at, &mut buffer[..want])?;
+            if n == 0 {
+                return Err(refusal(&path, "was cut while it was copied"));
+            }
+            copy.write_at(at, &buffer[..n])?;
+            at += n as u64;
+        }
+        copy.sync()?;
+        let state = FileState {
+            identity: Some(copy.identity()?),
+            ..state
+        };
+        Ok(Output {
+            written: state.committed,
+            state,
+            file: copy,
+            pending: 0,
+            buffer: Vec::new(),
+        })
+    }
+}
+
+/// Opens the file a checkpoint committed, checking that it is that file
+/// (its identity, at least its committed length, its first bytes).
+fn open_committed(
+    fs: &dyn Fs,
+    state: &FileState,
+    identity: Identity,
+) -> io::Result<Box<dyn OutFile>> {
+    let path = &state.path;
+    let file = match fs.open_existing(path) {
+        Ok(file) => file,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            return Err(refusal(
+                path,
+                format!(
+                    "is gone, with {} committed bytes; restore it, or start a new task",
+                    state.committed
+                ),
+            ))
+        }
+        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+            return Err(refusal(
+                path,
+                "was replaced by a symbolic link; not touched",
+            ))
+        }
+        Err(e) => return Err(refusal(path, e)),
+    };
+    if file.identity()? != identity {
+        return Err(refusal(
+            path,
+            "was replaced by another file since todod created it; not touched",
+        ));
+    }
+    let len = file.len()?;
+    if len < state.committed {
+        return Err(refusal(
+            path,
+            format!(
+                "is {len} bytes but {} were committed; it was cut outside todod",
+                state.committed
+            ),
+        ));
+    }
+    if state.head_len > 0 && hash_head(&*file, state.head_len)? != state.head {
+        return Err(refusal(
+            path,
+            "was replaced by another file (its first bytes differ from what todod \
+             wrote); not touched",
+        ));
+    }
+    Ok(file)
+}
+
+impl Output {
     pub fn state(&self) -> &FileState {
         &self.state
     }
@@ -817,5 +907,77 @@ mod tests {
         let out = Output::create(&RealFs, state(&path), Existing::Refuse, false).unwrap();
         let again = Output::resume(&RealFs, out.state().clone()).err().unwrap();
         assert!(again.to_string().contains("locked"), "{again}");
+    }
+
+    /// A writer that still holds the file (a daemon paused past its lease)
+    /// is forked away from: the committed bytes go on in a copy that takes
+    /// the path, and what the old writer writes afterwards lands at no path.
+    #[test]
+    fn a_held_file_is_forked_and_the_old_writers_late_writes_land_nowhere() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("out");
+        let mut old = Output::create(&RealFs, state(&path), Existing::Refuse, false).unwrap();
+        old.append(b"one\n").unwrap();
+        let committed = old.sync().unwrap();
+        old.committed(committed.clone());
+        old.append(b"uncommitted\n").unwrap();
+        old.sync().unwrap();
+
+        let locked_out = Output::resume(&RealFs, committed.clone()).err().unwrap();
+        assert_eq!(locked_out.kind(), io::ErrorKind::WouldBlock);
+        let mut new = Output::fork(&RealFs, committed.clone()).unwrap();
+        let forked = new.state().clone();
+        assert_ne!(forked.identity, committed.identity);
+        assert_eq!(forked.committed, 4);
+        // Until its identity is committed the fork is a copy beside the file.
+        assert_eq!(std::fs::read(fork_path(&path)).unwrap(), b"one\n");
+        assert_eq!(std::fs::read(&path).unwrap(), b"one\nuncommitted\n");
+        publish_fork(&RealFs, &path).unwrap();
+        assert!(!fork_path(&path).exists());
+
+        new.append(b"two\n").unwrap();
+        let next = new.sync().unwrap();
+        new.committed(next);
+        // The old writer wakes and writes on: into a file at no path, and
+        // its sync finds the file gone and stops it.
+        old.append(b"late\n").unwrap();
+        let gone = old.sync().err().unwrap();
+        assert!(gone.to_string().contains("deleted"), "{gone}");
+        assert_eq!(std::fs::read(&path).unwrap(), b"one\ntwo\n");
+        // A third run is locked out of the fork as the second was of the file.
+        let again = Output::resume(&RealFs, new.state().clone()).err().unwrap();
+        assert_eq!(again.kind(), io::ErrorKind::WouldBlock);
+    }
+
+    /// A run that died after committing the fork's identity but before
+    /// putting it in place is rolled forward by the next resume; a fork
+    /// never committed is removed.
+    #[test]
+    fn a_committed_fork_is_rolled_forward_and_an_uncommitted_one_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("out");
+        let mut old = Output::create(&RealFs, state(&path), Existing::Refuse, false).unwrap();
+        old.append(b"one\n").unwrap();
+        let committed = old.sync().unwrap();
+        old.committed(committed.clone());
+
+        // Forked, never committed: the next resume (the old writer gone)
+        // takes the file and removes the copy.
+        let uncommitted = Output::fork(&RealFs, committed.clone()).unwrap();
+        drop(uncommitted);
+        drop(old);
+        let resumed = Output::resume(&RealFs, committed.clone()).unwrap();
+        assert!(!fork_path(&path).exists());
+        assert_eq!(resumed.state().identity, committed.identity);
+        drop(resumed);
+
+        // Forked and committed, not yet in place: the resume puts it there.
+        let fork = Output::fork(&RealFs, committed.clone()).unwrap();
+        let forked = fork.state().clone();
+        drop(fork);
+        let resumed = Output::resume(&RealFs, forked.clone()).unwrap();
+        assert!(!fork_path(&path).exists());
+        assert_eq!(resumed.state().identity, forked.identity);
+        assert_eq!(std::fs::read(&path).unwrap(), b"one\n");
     }
 }

@@ -266,6 +266,51 @@ async fn same_input_as_other_shards(
     Ok(())
 }
 
+/// How a run came by an output file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Opened {
+    Created,
+    Resumed,
+    /// Held by another process: its committed bytes go on in a fork, whose
+    /// identity is to be committed before it is put in place.
+    Forked,
+}
+
+/// Creates the files of `files` planned but not yet created, and reopens
+/// (cut back to their committed length) those that were. On a database
+/// several daemons share, a file whose lock another process holds is the
+/// file of the daemon this run took the task from, paused past its lease
+/// (possibly for good): its writes would still land. The run does not wait
+/// for it. A file it committed is forked ([`Output::fork`]); one it created
+/// but never committed is empty and replaced. Either way the old writer's
+/// late writes land in a file at no path. Alone on a database, the holder
+/// is a stranger to the task and the run fails, saying so.
+fn open_outputs(
+    fs: &dyn super::files::Fs,
+    files: Vec<FileState>,
+    existing: super::files::Existing,
+    shared: bool,
+) -> io::Result<Vec<(Output, Opened)>> {
+    let held = |e: &io::Error| e.kind() == io::ErrorKind::WouldBlock && shared;
+    files
+        .into_iter()
+        .map(|file| match file.identity {
+            None => match Output::create(fs, file.clone(), existing, true) {
+                Err(e) if held(&e) => {
+                    fs.remove(&file.path)?;
+                    Output::create(fs, file, existing, true)
+                }
+                other => other,
+            }
+            .map(|o| (o, Opened::Created)),
+            Some(_) => match Output::resume(fs, file.clone()) {
+                Err(e) if held(&e) => Output::fork(fs, file).map(|o| (o, Opened::Forked)),
+                other => other.map(|o| (o, Opened::Resumed)),
+            },
+        })
+        .collect()
+}
+
 /// Opens (or starts) the pass that `state` describes: surveys its input and
 /// creates its files the first time, or checks the input and reopens the
 /// files on resume. `None` when the run lost its task meanwhile.
@@ -321,52 +366,44 @@ pub async fn open<P: RecordPhase>(
             return Ok(None);
         }
     }
-    // Create what is planned, reopen what exists.
-    let mut stop = run.stop.clone();
-    let mut waited = false;
-    let opened = loop {
-        let fs = run.fs.clone();
-        let files = state.files.clone();
-        let existing = plan.existing;
-        let opened = tokio::task::spawn_blocking(move || {
-            files
-                .into_iter()
-                .map(|file| match file.identity {
-                    None => Output::create(&*fs, file, existing, true),
-                    Some(_) => Output::resume(&*fs, file),
-                })
-                .collect::<io::Result<Vec<Output>>>()
-        })
+    // Create what is planned, reopen what exists; nothing waits on another
+    // process (see `open_outputs`).
+    let fs = run.fs.clone();
+    let files = state.files.clone();
+    let (existing, shared) = (plan.existing, run.store.is_shared());
+    let opened = tokio::task::spawn_blocking(move || open_outputs(&*fs, files, existing, shared))
         .await
-        .map_err(|e| format!("opening the output files failed: {e}"))?;
-        match opened {
-            // On a database several daemons share, the lock's holder may be
-            // the daemon this run took the task from: paused past its lease,
-            // its writes would still land. It lets go once it wakes and finds
-            // itself fenced (or dies); until then this run waits, holding the
-            // task, and writes nothing. Alone on a database, the holder is a
-            // stranger to the task and the run fails, saying so.
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock && run.store.is_shared() => {
-                if !waited {
-                    tracing::warn!(task = %run.task, error = %e,
-                        "an output file is still open in another process (a daemon that lost this task?); waiting for it to let go");
-                    waited = true;
-                }
-                tokio::select! {
-                    _ = tokio::time::sleep(std::time::Duration::from_millis(250)) => {}
-                    _ = super::stopped(&mut stop) => return Ok(None),
-                }
-            }
-            other => break other.map_err(|e| super::spec::plain_io(&e))?,
-        }
-    };
+        .map_err(|e| format!("opening the output files failed: {e}"))?
+        .map_err(|e| super::spec::plain_io(&e))?;
+    let forked: Vec<PathBuf> = opened
+        .iter()
+        .filter(|(_, how)| *how == Opened::Forked)
+        .map(|(o, _)| o.path().to_path_buf())
+        .collect();
+    let opened: Vec<Output> = opened.into_iter().map(|(o, _)| o).collect();
     let created = opened
         .iter()
         .zip(&state.files)
         .any(|(o, f)| f.identity.is_none() && o.state().identity.is_some());
     state.files = opened.iter().map(|o| o.state().clone()).collect();
-    if created && commit(run, &state, None).await?.is_none() {
-        return Ok(None);
+    if created || !forked.is_empty() {
+        if commit(run, &state, None).await?.is_none() {
+            for path in &forked {
+                let _ = run.fs.remove(&super::files::fork_path(path));
+            }
+            return Ok(None);
+        }
+        for path in &forked {
+            tracing::warn!(task = %run.task, file = %path.display(),
+                "an output file was still held by the daemon this run took the task from: its committed bytes go on in a copy, and that daemon's late writes land nowhere");
+            super::files::publish_fork(&*run.fs, path).map_err(|e| {
+                format!(
+                    "cannot put the copy of {} in place: {}",
+                    path.display(),
+                    super::spec::plain_io(&e)
+                )
+            })?;
+        }
     }
     if state.counts.written.len() != state.files.len() {
         state.counts.written.resize(state.files.len(), 0);
@@ -965,6 +1002,56 @@ pub fn reject_line(
 mod tests {
     use super::refused;
     use todod_store::{Error, Failure};
+
+    /// A run that took a task over opens its files without waiting on the
+    /// holder it took them from: a committed file that holder still locks
+    /// is forked, an empty one it created but never committed is replaced.
+    /// Alone on a database the lock's holder is a stranger: refused.
+    #[test]
+    fn files_another_process_holds_are_forked_or_replaced_only_on_a_shared_store() {
+        use super::super::files::{Existing, FileState, Output, RealFs};
+        use super::{open_outputs, Opened};
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().unwrap();
+        let committed_path = dir.path().join("out");
+        let created_path = dir.path().join("failures");
+        let mut holder = Output::create(
+            &RealFs,
+            FileState::planned(committed_path.clone()),
+            Existing::Refuse,
+            false,
+        )
+        .unwrap();
+        holder.append(b"one\n").unwrap();
+        let committed = holder.sync().unwrap();
+        holder.committed(committed.clone());
+        // Created and locked, its identity never committed.
+        let _created = Output::create(
+            &RealFs,
+            FileState::planned(created_path.clone()),
+            Existing::Refuse,
+            false,
+        )
+        .unwrap();
+        let files = vec![committed.clone(), FileState::planned(created_path.clone())];
+
+        let alone = open_outputs(&RealFs, files.clone(), Existing::Refuse, false)
+            .err()
+            .unwrap();
+        assert_eq!(alone.kind(), std::io::ErrorKind::WouldBlock, "{alone}");
+
+        let opened = open_outputs(&RealFs, files, Existing::Refuse, true).unwrap();
+        let how: Vec<Opened> = opened.iter().map(|(_, how)| *how).collect();
+        assert_eq!(how, [Opened::Forked, Opened::Created]);
+        assert_ne!(opened[0].0.state().identity, committed.identity);
+        assert_eq!(opened[0].0.state().committed, 4);
+        let created = std::fs::symlink_metadata(&created_path).unwrap();
+        assert_eq!(
+            Some(created.ino()),
+            opened[1].0.state().identity.map(|i| i.ino),
+            "the held empty file was replaced by one of the run's own"
+        );
+    }
 
     /// A checkpoint the store refused stops the run (to be resumed) when the
     /// run lost its task or the database was busy or out of reach, and fails
