@@ -103,6 +103,42 @@ def _input_of(body: dict, chat: bool) -> str:
     return content if isinstance(content, str) else ""
 
 
+def build_answer(raw: bytes, chat: bool):
+    """The answer to a request body: the JSON body (bytes) of an answer not
+    streamed, or the SSE events (a list of bytes, without the final
+    `data: [DONE]`) of a streamed one. A ValueError for a body that is not a
+    JSON object. Shared with bench/aiohttp_server.py."""
+    body = _decode(raw.decode())
+    if not isinstance(body, dict):
+        raise ValueError("the body is not a JSON object")
+    text = _input_of(body, chat)
+    model = body.get("model")
+    model = _quote(model if isinstance(model, str) else "mock-model")
+    content = "answer to: " + text
+    pieces = split_inclusive(content)
+    prompt_tokens = len(text.split())
+    usage = _USAGE % (prompt_tokens, len(pieces), prompt_tokens + len(pieces))
+    n = next(_ids)
+    created = int(time.time())
+
+    # The answers are JSON text put together from templates: the only
+    # values that need escaping are the model and the content pieces, and
+    # json.dumps of a dict per event was a third of a streamed request's
+    # CPU time.
+    if body.get("stream") is not True:
+        template = _CHAT_ANSWER if chat else _TEXT_ANSWER
+        return (template % (n, created, model, _quote(content), usage)).encode()
+
+    head = (_CHAT_EVENT_HEAD if chat else _TEXT_EVENT_HEAD) % (n, created, model)
+    piece = _CHAT_PIECE if chat else _TEXT_PIECE
+    events = [head + piece % _quote(p) for p in pieces]
+    events.append(head + (_CHAT_STOP if chat else _TEXT_STOP))
+    options = body.get("stream_options")
+    if isinstance(options, dict) and options.get("include_usage") is True:
+        events.append(head + _USAGE_EVENT % usage)
+    return [e.encode() for e in events]
+
+
 class MockHttp(asyncio.Protocol):
     """One connection: buffer bytes, answer every complete request in it."""
 
@@ -197,43 +233,16 @@ class MockHttp(asyncio.Protocol):
             self._error(405, "use POST")
             return
         try:
-            body = _decode(raw.decode())
-            if not isinstance(body, dict):
-                raise ValueError("the body is not a JSON object")
-            text = _input_of(body, chat)
+            answer = build_answer(raw, chat)
         except ValueError as e:  # also a UnicodeDecodeError or a JSONDecodeError
             self._error(400, f"bad request body: {e}")
             return
-
-        model = body.get("model")
-        model = _quote(model if isinstance(model, str) else "mock-model")
-        content = "answer to: " + text
-        pieces = split_inclusive(content)
-        prompt_tokens = len(text.split())
-        usage = _USAGE % (prompt_tokens, len(pieces), prompt_tokens + len(pieces))
-        n = next(_ids)
-        created = int(time.time())
-
-        # The answers are JSON text put together from templates: the only
-        # values that need escaping are the model and the content pieces, and
-        # json.dumps of a dict per event was a third of a streamed request's
-        # CPU time.
-        if body.get("stream") is not True:
-            template = _CHAT_ANSWER if chat else _TEXT_ANSWER
-            payload = template % (n, created, model, _quote(content), usage)
-            self._send(200, b"application/json", payload.encode())
+        if isinstance(answer, bytes):
+            self._send(200, b"application/json", answer)
             return
-
-        head = (_CHAT_EVENT_HEAD if chat else _TEXT_EVENT_HEAD) % (n, created, model)
-        piece = _CHAT_PIECE if chat else _TEXT_PIECE
-        events = [head + piece % _quote(p) for p in pieces]
-        events.append(head + (_CHAT_STOP if chat else _TEXT_STOP))
-        options = body.get("stream_options")
-        if isinstance(options, dict) and options.get("include_usage") is True:
-            events.append(head + _USAGE_EVENT % usage)
+        events = answer
         chunks = []
         for event in events:
-            event = event.encode()
             chunks.append(b"%x\r\n%s\r\n" % (len(event), event))  # one HTTP chunk
         chunks.append(_DONE_CHUNK)
 

@@ -1,11 +1,13 @@
-//! Generation against the floor of its server (issue "One phase runtime"):
-//! `bench/mock_server.py`, an instant OpenAI-compatible mock, is measured by
-//! `wrk` at concurrency 64, streamed and not (the most any client can get
-//! from it on this machine), then todod generates against the same mock at
-//! the same concurrency, durable checkpoints included. The ratio is the
-//! figure; both are measured in this run. Run with:
+//! Generation against the floor of its server (issue "One phase runtime",
+//! issue 46 part 5): an instant OpenAI-compatible mock is measured by `wrk`
+//! at concurrency 64, streamed and not (the most any client can get from it
+//! on this machine), then todod generates against the same mock at the same
+//! concurrency, durable checkpoints included. The ratio is the figure; both
+//! are measured in this run. Three servers with the same answers:
+//! `bench/mock_server.py` (stdlib asyncio), `bench/aiohttp_server.py`
+//! (aiohttp) and the hyper test server (`fast_mock`). Run with:
 //!
-//!     apt-get install -y wrk
+//!     apt-get install -y wrk python3-aiohttp
 //!     cargo build --release -p todod && cargo bench -p todod-e2e --bench streaming
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
@@ -60,8 +62,8 @@ fn write_prompts(path: &Path, n: usize) {
 }
 
 /// todod's records per second against `url`, from creating the task to
-/// seeing it completed: the real release binary.
-async fn todod(url: &str, stream: bool, n: usize) -> f64 {
+/// seeing it completed: the real release binary. And the daemon's CPU time per record, in microseconds.
+async fn todod(url: &str, stream: bool, n: usize) -> (f64, f64) {
     let dir = tempfile::tempdir().unwrap();
     let data = std::fs::canonicalize(dir.path()).unwrap();
     write_prompts(&data.join("prompts.jsonl"), n);
@@ -81,58 +83,146 @@ async fn todod(url: &str, stream: bool, n: usize) -> f64 {
     .await;
     assert_eq!(task.status, "completed", "{}", task.error);
     let rate = n as f64 / started.elapsed().as_secs_f64();
+    let cpu = cpu_seconds(daemon.child.id());
     drop(c);
     drop(daemon);
-    rate
+    (rate, cpu * 1e6 / n as f64)
 }
 
-#[tokio::main]
-async fn main() {
-    let mut mock = Command::new("python3")
-        .arg(repo().join("bench/mock_server.py"))
+/// The CPU time (user and system) process `pid` has used, in seconds.
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // Past the command name in parentheses: fields 14 and 15 are utime and
+    // stime, in clock ticks.
+    let fields: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..].split(' ').collect();
+    let ticks: f64 = fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap();
+    // SAFETY: sysconf reads a constant.
+    ticks / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64
+}
+
+/// A server the floor and todod are measured against.
+enum Server {
+    /// A Python server, its process.
+    Python(std::process::Child),
+    /// The hyper test server, in this process (serving until dropped).
+    Hyper {
+        _mock: todod_e2e::fast_mock::FastMock,
+    },
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Server::Python(child) = self {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// An interpreter that can import `module`: `python3` on the path, else
+/// Debian's (`apt-get install -y python3-aiohttp` installs for that one).
+fn python_with(module: &str) -> Option<&'static str> {
+    ["python3", "/usr/bin/python3"].into_iter().find(|python| {
+        Command::new(python)
+            .args(["-c", &format!("import {module}")])
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    })
+}
+
+/// Starts `bench/SCRIPT` and reads the URL it says it listens on.
+fn start_python(python: &str, script: &str) -> (Server, String) {
+    let mut child = Command::new(python)
+        .arg(repo().join("bench").join(script))
         .args(["--port", "0"])
         .stdout(Stdio::piped())
         .spawn()
         .expect("python3");
     let mut line = String::new();
-    BufReader::new(mock.stdout.take().unwrap())
+    BufReader::new(child.stdout.take().unwrap())
         .read_line(&mut line)
         .unwrap();
     let url = line
         .trim()
         .strip_prefix("listening on ")
-        .unwrap_or_else(|| panic!("mock said {line:?}"))
+        .unwrap_or_else(|| panic!("{script} said {line:?}"))
         .to_string();
     // Let the interpreter warm up before anything is measured.
     std::thread::sleep(Duration::from_millis(300));
+    (Server::Python(child), url)
+}
 
+/// The servers by name: the stdlib asyncio mock, the same answers from
+/// aiohttp (skipped, saying so, without aiohttp), and the hyper test
+/// server. Servers differ in how they pace and close connections.
+async fn start(name: &str) -> Option<(Server, String)> {
+    match name {
+        "asyncio" => Some(start_python("python3", "mock_server.py")),
+        "aiohttp" => match python_with("aiohttp") {
+            Some(python) => Some(start_python(python, "aiohttp_server.py")),
+            None => {
+                eprintln!("aiohttp is missing (apt-get install -y python3-aiohttp): skipped");
+                None
+            }
+        },
+        "hyper" => {
+            let mock = todod_e2e::fast_mock::FastMock::start(
+                1,
+                todod_e2e::fast_mock::FastSettings::default(),
+            )
+            .await;
+            let url = mock.urls[0].clone();
+            Some((Server::Hyper { _mock: mock }, url))
+        }
+        other => panic!("no server {other}"),
+    }
+}
+
+#[tokio::main]
+async fn main() {
+    // `TODOD_BENCH_SERVERS=asyncio,aiohttp,hyper` (the default) picks them.
+    let records: Option<usize> = std::env::var("TODOD_BENCH_RECORDS")
+        .ok()
+        .map(|n| n.parse().expect("TODOD_BENCH_RECORDS: a number"));
+    let servers =
+        std::env::var("TODOD_BENCH_SERVERS").unwrap_or_else(|_| "asyncio,aiohttp,hyper".into());
     // The machine is shared: floor and todod alternate, three rounds, and
     // the medians are compared.
-    println!("| measure | floor (wrk), 3 rounds | todod, 3 rounds | median ratio | target |");
-    println!("|---|---|---|---|---|");
-    for stream in [true, false] {
-        let (mut floors, mut rates) = (Vec::new(), Vec::new());
-        for _ in 0..ROUNDS {
-            let floor = wrk(&url, stream);
-            // About as many records as the floor would serve in the same time.
-            let n = (floor * SECONDS as f64) as usize;
-            floors.push(floor);
-            rates.push(todod(&url, stream, n).await);
-        }
-        let show = |v: &[f64]| {
-            v.iter()
-                .map(|x| format!("{x:.0}"))
-                .collect::<Vec<_>>()
-                .join(", ")
+    println!(
+        "| server | measure | floor (wrk), {ROUNDS} rounds | todod, {ROUNDS} rounds | median ratio | todod CPU per record | target |"
+    );
+    println!("|---|---|---|---|---|---|---|");
+    for name in servers.split(',') {
+        let Some((_server, url)) = start(name).await else {
+            continue;
         };
-        println!(
-            "| {} chat, concurrency {CONCURRENCY} | {} req/s | {} records/s | **{:.2}** | >= 0.8 |",
-            if stream { "streamed" } else { "not streamed" },
-            show(&floors),
-            show(&rates),
-            median(&rates) / median(&floors)
-        );
+        for stream in [true, false] {
+            let (mut floors, mut rates, mut cpus) = (Vec::new(), Vec::new(), Vec::new());
+            for _ in 0..ROUNDS {
+                let floor = wrk(&url, stream);
+                // About as many records as the floor would serve in the same
+                // time, or `TODOD_BENCH_RECORDS`.
+                let n = records.unwrap_or((floor * SECONDS as f64) as usize);
+                floors.push(floor);
+                let (rate, cpu) = todod(&url, stream, n).await;
+                rates.push(rate);
+                cpus.push(cpu);
+            }
+            let show = |v: &[f64]| {
+                v.iter()
+                    .map(|x| format!("{x:.0}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            println!(
+                "| {name} | {} chat, concurrency {CONCURRENCY} | {} req/s | {} records/s | **{:.2}** | {:.0} µs | >= 0.9 |",
+                if stream { "streamed" } else { "not streamed" },
+                show(&floors),
+                show(&rates),
+                median(&rates) / median(&floors),
+                median(&cpus)
+            );
+        }
     }
-    let _ = mock.kill();
-    let _ = mock.wait();
 }
