@@ -52,4 +52,29 @@ impl super::Store {
         })
         .await
     }
+
+    /// Records that run `attempt` took the output files `files` over from
+    /// the process that still held them (the daemon it took the task from,
+    /// paused past its lease): their committed bytes go on in copies, and
+    /// that process's late writes land at no path.
+    pub async fn note_forked(
+        &self,
+        task: TaskId,
+        attempt: &str,
+        files: &[String],
+    ) -> Result<(), Error> {
+        let (attempt, why) = (
+            attempt.to_string(),
+            format!(
+                "still held by the process this run took the task from; its committed bytes go \
+                 on in a copy, and that process's late writes land nowhere: {}",
+                files.join(", ")
+            ),
+        );
+        self.write(move |db| {
+            let seq = record(db, task, "forked", Some(&attempt), &why)?;
+            Ok(((), Some(seq)))
+        })
+        .await
+    }
 }

@@ -27,13 +27,14 @@ pub struct NotableEvent {
 }
 
 /// The event types [`Store::notable_events`] returns.
-pub const NOTABLE: [&str; 7] = [
+pub const NOTABLE: [&str; 8] = [
     "schedule_fired",
     "schedule_ended",
     "drift",
     "calibration",
     "errors",
     "resumed",
+    "forked",
     "unreachable",
 ];
 

@@ -570,6 +570,14 @@ async fn three_daemons_share_a_sharded_generation_through_a_pause_and_a_kill() {
         task_events(&mut c, &id, "shard_done").await.len(),
         SHARDS as usize
     );
+    // The history says the frozen holder's files were taken over.
+    let forked = task_events(&mut c, &id, "forked").await;
+    assert!(
+        forked
+            .iter()
+            .any(|e| e.reason.contains("out.part-0000.jsonl")),
+        "{forked:?}"
+    );
 
     // Woken at last, the paused daemon finds its run fenced and its file at
     // no path: it lets go, and nothing anyone reads has changed.

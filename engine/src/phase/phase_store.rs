@@ -1,6 +1,6 @@
 //! The store as the engine sees it: [`PhaseStore`], a facade over
 //! [`todod_store::Store`] that holds only what the runtime and the phase
-//! kinds use (28 of the store's 65 public methods).
+//! kinds use (29 of the store's 66 public methods).
 //!
 //! The engine names `todod_store::Store` here and nowhere else, so a phase
 //! that wants more of the store (the agent's todo list, plans, logins,
@@ -17,7 +17,8 @@ use tokio::sync::watch;
 
 /// What the engine may ask of the store: task reads, phase leases and
 /// shards, checkpoints, progress and ends, and the few events a run reads
-/// back (calibrations, re-measurements, unreachable daemons).
+/// back (calibrations, re-measurements, unreachable daemons), and the
+/// fork of a frozen holder's files.
 #[derive(Clone)]
 pub struct PhaseStore {
     store: Store,
@@ -120,6 +121,16 @@ impl PhaseStore {
         why: &str,
     ) -> Result<(), Error> {
         self.store.note_unreachable(task, run_id, why).await
+    }
+
+    /// A run took output files over from a process that still held them.
+    pub async fn note_forked(
+        &self,
+        task: TaskId,
+        attempt: &str,
+        files: &[String],
+    ) -> Result<(), Error> {
+        self.store.note_forked(task, attempt, files).await
     }
 
     pub async fn report_progress(

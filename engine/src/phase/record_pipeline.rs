@@ -404,6 +404,12 @@ pub async fn open<P: RecordPhase>(
                 )
             })?;
         }
+        if !forked.is_empty() {
+            let files: Vec<String> = forked.iter().map(|p| p.display().to_string()).collect();
+            if let Err(e) = run.store.note_forked(run.task, &run.attempt, &files).await {
+                tracing::warn!(task = %run.task, error = %e, "cannot record the fork in the history");
+            }
+        }
     }
     if state.counts.written.len() != state.files.len() {
         state.counts.written.resize(state.files.len(), 0);
