@@ -575,8 +575,23 @@ async fn generation_held_to_its_projection(halve_after: Option<i64>) -> Vec<prot
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_drift_is_reported_when_the_server_loses_half_its_capacity() {
     let drifts = generation_held_to_its_projection(Some(300)).await;
-    assert_eq!(drifts.len(), 1, "{drifts:?}");
-    let drift: Value = serde_json::from_str(&drifts[0].new_value).unwrap();
+    // The halved server's drift is the one below the band. On a loaded
+    // machine the sweep can measure the server slower than the run later
+    // finds it, and a drift above the band before the halving is the check
+    // telling the truth (seen once in CI: 26.13 records/s against a band
+    // of 21.21-26.10), not what this test is about.
+    let below: Vec<&proto::Event> = drifts
+        .iter()
+        .filter(|e| {
+            let drift: Value = serde_json::from_str(&e.new_value).unwrap();
+            drift["records_per_second"]["actual"].as_f64().unwrap()
+                < drift["records_per_second"]["projected"]["low"]
+                    .as_f64()
+                    .unwrap()
+        })
+        .collect();
+    assert_eq!(below.len(), 1, "{drifts:?}");
+    let drift: Value = serde_json::from_str(&below[0].new_value).unwrap();
     let actual = drift["records_per_second"]["actual"].as_f64().unwrap();
     let projected = drift["records_per_second"]["projected"]["value"]
         .as_f64()
@@ -758,8 +773,11 @@ async fn a_remeasure_holds_the_run_and_the_drift_check_follows_the_server_it_fou
         1,
         "after the re-measurement the run matches the server it found: {drifts:?}"
     );
+    // No second drift event is the check: the last progress may still say
+    // `drifting` for the run's last records, when fewer than its level are
+    // left in flight and the rate falls with them (seen in CI), for less
+    // than the drift_after_seconds an event needs.
     let last: Value = serde_json::from_str(&done.progress.as_ref().unwrap().detail_json).unwrap();
-    assert_eq!(last["drifting"], false, "{last}");
     let firings = todod_e2e::task_events(&mut c, &generation, "schedule_fired").await;
     assert_eq!(firings.len(), 1, "one slot, one firing");
     // The schedule ended with the generation: nothing left to measure for.

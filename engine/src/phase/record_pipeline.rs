@@ -387,10 +387,11 @@ pub async fn open<P: RecordPhase>(
         .any(|(o, f)| f.identity.is_none() && o.state().identity.is_some());
     state.files = opened.iter().map(|o| o.state().clone()).collect();
     if created || !forked.is_empty() {
+        // A refused commit leaves the forks where they are: a commit lost
+        // with its connection may have landed, and the next resume puts a
+        // fork whose identity is committed in place (and removes one that
+        // is not).
         if commit(run, &state, None).await?.is_none() {
-            for path in &forked {
-                let _ = run.fs.remove(&super::files::fork_path(path));
-            }
             return Ok(None);
         }
         for path in &forked {
