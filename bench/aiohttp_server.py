@@ -19,7 +19,7 @@ import socket
 
 from aiohttp import web
 
-from mock_server import _MODELS, build_answer
+from mock_server import _MODELS, build_answer, error_body
 
 _DONE = b"data: [DONE]\n\n"
 
@@ -29,10 +29,8 @@ async def completions(request: web.Request, chat: bool) -> web.StreamResponse:
     try:
         answer = build_answer(raw, chat)
     except ValueError as e:
-        return web.json_response(
-            {"error": {"message": f"bad request body: {e}",
-                       "type": "invalid_request_error", "code": 400}},
-            status=400)
+        return web.Response(body=error_body(400, f"bad request body: {e}"),
+                            status=400, content_type="application/json")
     if isinstance(answer, bytes):
         return web.Response(body=answer, content_type="application/json")
     response = web.StreamResponse(headers={"content-type": "text/event-stream",

@@ -103,6 +103,12 @@ def _input_of(body: dict, chat: bool) -> str:
     return content if isinstance(content, str) else ""
 
 
+def error_body(status: int, message: str) -> bytes:
+    """An OpenAI-style error body. Shared with bench/aiohttp_server.py."""
+    return _dumps({"error": {"message": message, "type": "invalid_request_error",
+                             "code": status}}).encode()
+
+
 def build_answer(raw: bytes, chat: bool):
     """The answer to a request body: the JSON body (bytes) of an answer not
     streamed, or the SSE events (a list of bytes, without the final
@@ -240,9 +246,8 @@ class MockHttp(asyncio.Protocol):
         if isinstance(answer, bytes):
             self._send(200, b"application/json", answer)
             return
-        events = answer
         chunks = []
-        for event in events:
+        for event in answer:
             chunks.append(b"%x\r\n%s\r\n" % (len(event), event))  # one HTTP chunk
         chunks.append(_DONE_CHUNK)
 
@@ -272,9 +277,7 @@ class MockHttp(asyncio.Protocol):
             self.transport.close()
 
     def _error(self, status: int, message: str, close: bool = False):
-        payload = _dumps({"error": {"message": message, "type": "invalid_request_error",
-                                    "code": status}}).encode()
-        self._send(status, b"application/json", payload, close=close)
+        self._send(status, b"application/json", error_body(status, message), close=close)
 
 
 async def serve(host: str, port: int, coalesce: bool) -> None:

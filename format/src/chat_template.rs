@@ -464,23 +464,45 @@ fn python_float_repr(f: f64) -> String {
 // ---------------------------------------------------------------------------------------------
 // tojson
 
+/// A filter's arguments as Python passes them: positional, or by keyword
+/// (a keyword wins), at most `at_most` of them.
+struct PythonArgs<'a> {
+    positional: &'a [Value],
+    kwargs: Kwargs,
+}
+
+impl<'a> PythonArgs<'a> {
+    fn parse(args: &'a [Value], filter: &str, at_most: usize) -> Result<Self, Error> {
+        let (positional, kwargs): (&[Value], Kwargs) = from_args(args)?;
+        if positional.len() > at_most {
+            return Err(Error::new(
+                ErrorKind::TooManyArguments,
+                format!("{filter} takes at most {at_most} arguments"),
+            ));
+        }
+        Ok(PythonArgs { positional, kwargs })
+    }
+
+    /// The argument at `index`, or named `name`.
+    fn get(&self, index: usize, name: &str) -> Result<Option<Value>, Error> {
+        let keyword: Option<Value> = self.kwargs.get(name)?;
+        Ok(keyword.or_else(|| self.positional.get(index).cloned()))
+    }
+
+    /// An error for a keyword the filter does not take.
+    fn all_used(&self) -> Result<(), Error> {
+        self.kwargs.assert_all_used()
+    }
+}
+
 /// transformers' `tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False)`, i.e.
 /// Python's `json.dumps` with those arguments. Note the positional order: the first positional
 /// argument is `ensure_ascii`, not `indent` as in Jinja2's own filter. Jinja2's built-in (and
 /// minijinja's) escape `<>&'` for HTML, which would change prompts.
 fn tojson(value: &Value, args: Rest<ValueOrKwargs>) -> Result<Value, Error> {
     let args = args.into_values();
-    let (positional, kwargs): (&[Value], Kwargs) = from_args(&args)?;
-    if positional.len() > 4 {
-        return Err(Error::new(
-            ErrorKind::TooManyArguments,
-            "tojson takes at most 4 arguments",
-        ));
-    }
-    let arg = |index: usize, name: &str| -> Result<Option<Value>, Error> {
-        let keyword: Option<Value> = kwargs.get(name)?;
-        Ok(keyword.or_else(|| positional.get(index).cloned()))
-    };
+    let args = PythonArgs::parse(&args, "tojson", 4)?;
+    let arg = |index: usize, name: &str| args.get(index, name);
     let ensure_ascii = arg(0, "ensure_ascii")?.is_some_and(|v| v.is_true());
     let indent = match arg(1, "indent")? {
         None => None,
@@ -506,7 +528,7 @@ fn tojson(value: &Value, args: Rest<ValueOrKwargs>) -> Result<Value, Error> {
         _ => None,
     };
     let sort_keys = arg(3, "sort_keys")?.is_some_and(|v| v.is_true());
-    kwargs.assert_all_used()?;
+    args.all_used()?;
     let (item_sep, key_sep) = separators.unwrap_or_else(|| {
         let item = if indent.is_some() { "," } else { ", " };
         (item.to_owned(), ": ".to_owned())
@@ -894,6 +916,10 @@ fn trim_filter(value: &Value, chars: Option<String>) -> Value {
     })
 }
 
+/// The widest `indent` a template may ask for: a bound on what one call can
+/// allocate per line, far above any real template's.
+const MAX_INDENT: u64 = 4096;
+
 /// Jinja2's `indent(width=4, first=False, blank=False)` as Jinja2 3.1 has it
 /// (`filters.do_indent`): a newline is added before the text is split with
 /// Python's `str.splitlines`, so a text that ends in a newline keeps it
@@ -902,10 +928,6 @@ fn trim_filter(value: &Value, chars: Option<String>) -> Value {
 /// `\n` whatever broke them (`\r\n`, `\r`, `\f`, `\u2028`, ...); empty lines are
 /// indented only with `blank`. A `width` string is the indentation itself.
 /// Anything but a string is a TypeError there, and an error here.
-/// The widest `indent` a template may ask for: a bound on what one call can
-/// allocate per line, far above any real template's.
-const MAX_INDENT: u64 = 4096;
-
 fn indent_filter(value: &Value, args: Rest<ValueOrKwargs>) -> Result<Value, Error> {
     let Some(text) = value.as_str() else {
         return Err(type_error(&format!(
@@ -914,17 +936,8 @@ fn indent_filter(value: &Value, args: Rest<ValueOrKwargs>) -> Result<Value, Erro
         )));
     };
     let args = args.into_values();
-    let (positional, kwargs): (&[Value], Kwargs) = from_args(&args)?;
-    if positional.len() > 3 {
-        return Err(Error::new(
-            ErrorKind::TooManyArguments,
-            "indent takes at most 3 arguments",
-        ));
-    }
-    let arg = |index: usize, name: &str| -> Result<Option<Value>, Error> {
-        let keyword: Option<Value> = kwargs.get(name)?;
-        Ok(keyword.or_else(|| positional.get(index).cloned()))
-    };
+    let args = PythonArgs::parse(&args, "indent", 3)?;
+    let arg = |index: usize, name: &str| args.get(index, name);
     let indentation = match arg(0, "width")? {
         None => " ".repeat(4),
         Some(v) if v.kind() == ValueKind::String => v.as_str().unwrap_or("").to_owned(),
@@ -939,14 +952,16 @@ fn indent_filter(value: &Value, args: Rest<ValueOrKwargs>) -> Result<Value, Erro
     };
     let first = arg(1, "first")?.is_some_and(|v| v.is_true());
     let blank = arg(2, "blank")?.is_some_and(|v| v.is_true());
-    kwargs.assert_all_used()?;
+    args.all_used()?;
     let with_newline = format!("{text}\n");
     let lines = python_splitlines(&with_newline);
     let mut out = if blank {
         lines.join(&format!("\n{indentation}"))
     } else {
-        let mut out = lines.first().copied().unwrap_or("").to_owned();
-        for line in &lines[1.min(lines.len())..] {
+        // Never empty: the text has a line break at least.
+        let (first, rest) = lines.split_first().unwrap_or((&"", &[]));
+        let mut out = (*first).to_owned();
+        for line in rest {
             out.push('\n');
             if !line.is_empty() {
                 out.push_str(&indentation);

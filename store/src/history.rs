@@ -42,15 +42,8 @@ impl super::Store {
         run_id: &str,
         why: &str,
     ) -> Result<(), Error> {
-        let (run_id, why) = (
-            run_id.to_string(),
-            format!("{run_id} does not claim it: {why}"),
-        );
-        self.write(move |db| {
-            let seq = record(db, task, "unreachable", Some(&run_id), &why)?;
-            Ok(((), Some(seq)))
-        })
-        .await
+        let reason = format!("{run_id} does not claim it: {why}");
+        self.note(task, "unreachable", run_id, reason).await
     }
 
     /// Records that run `attempt` took the output files `files` over from
@@ -63,16 +56,25 @@ impl super::Store {
         attempt: &str,
         files: &[String],
     ) -> Result<(), Error> {
-        let (attempt, why) = (
-            attempt.to_string(),
-            format!(
-                "still held by the process this run took the task from; its committed bytes go \
-                 on in a copy, and that process's late writes land nowhere: {}",
-                files.join(", ")
-            ),
+        let reason = format!(
+            "still held by the process this run took the task from; its committed bytes go on \
+             in a copy, and that process's late writes land nowhere: {}",
+            files.join(", ")
         );
+        self.note(task, "forked", attempt, reason).await
+    }
+
+    /// Records one event of the daemon's own on `task`, in a write of its own.
+    async fn note(
+        &self,
+        task: TaskId,
+        kind: &'static str,
+        value: &str,
+        reason: String,
+    ) -> Result<(), Error> {
+        let value = value.to_string();
         self.write(move |db| {
-            let seq = record(db, task, "forked", Some(&attempt), &why)?;
+            let seq = record(db, task, kind, Some(&value), &reason)?;
             Ok(((), Some(seq)))
         })
         .await

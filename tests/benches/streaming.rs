@@ -62,7 +62,8 @@ fn write_prompts(path: &Path, n: usize) {
 }
 
 /// todod's records per second against `url`, from creating the task to
-/// seeing it completed: the real release binary. And the daemon's CPU time per record, in microseconds.
+/// seeing it completed (the real release binary), and the daemon's CPU time
+/// (user and system) per record, in microseconds.
 async fn todod(url: &str, stream: bool, n: usize) -> (f64, f64) {
     let dir = tempfile::tempdir().unwrap();
     let data = std::fs::canonicalize(dir.path()).unwrap();
@@ -83,21 +84,10 @@ async fn todod(url: &str, stream: bool, n: usize) -> (f64, f64) {
     .await;
     assert_eq!(task.status, "completed", "{}", task.error);
     let rate = n as f64 / started.elapsed().as_secs_f64();
-    let cpu = cpu_seconds(daemon.child.id());
+    let cpu = todod_telemetry::process::of::cpu_seconds(daemon.child.id()).unwrap_or(0.0);
     drop(c);
     drop(daemon);
     (rate, cpu * 1e6 / n as f64)
-}
-
-/// The CPU time (user and system) process `pid` has used, in seconds.
-fn cpu_seconds(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-    // Past the command name in parentheses: fields 14 and 15 are utime and
-    // stime, in clock ticks.
-    let fields: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..].split(' ').collect();
-    let ticks: f64 = fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap();
-    // SAFETY: sysconf reads a constant.
-    ticks / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64
 }
 
 /// A server the floor and todod are measured against.

@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use todod_e2e::daemons::{
-    daemon, daemon_index, daemon_with_lease, done, holder, lease, let_go, open_files_under, poll,
-    shard_holders, signal, snapshot, task,
+    daemon, daemon_index, daemon_with_lease, done, files_in, holder, lease, let_go,
+    open_files_under, poll, shard_holders, signal, task,
 };
 use todod_e2e::gen::{self, assert_result_matches, prompt_texts, write_prompts, written};
 use todod_e2e::mock_openai::{MockOpenAi, Settings};
@@ -581,7 +581,7 @@ async fn three_daemons_share_a_sharded_generation_through_a_pause_and_a_kill() {
 
     // Woken at last, the paused daemon finds its run fenced and its file at
     // no path: it lets go, and nothing anyone reads has changed.
-    let before_wake = snapshot(dir.path());
+    let before_wake = files_in(dir.path());
     let held = open_files_under(paused_pid, dir.path());
     assert!(
         held.iter()
@@ -591,7 +591,7 @@ async fn three_daemons_share_a_sharded_generation_through_a_pause_and_a_kill() {
     signal(&daemons[paused], libc::SIGCONT);
     let_go(paused_pid, dir.path(), Duration::from_secs(60)).await;
     assert!(
-        before_wake == snapshot(dir.path()),
+        before_wake == files_in(dir.path()),
         "the woken daemon changed the files"
     );
     let after_wake = task(&mut c, &id).await;

@@ -71,7 +71,7 @@ pub async fn let_go(pid: u32, dir: &Path, limit: Duration) {
 }
 
 /// Every file directly in `dir`, by name, with its bytes.
-pub fn snapshot(dir: &Path) -> std::collections::BTreeMap<String, Vec<u8>> {
+pub fn files_in(dir: &Path) -> std::collections::BTreeMap<String, Vec<u8>> {
     std::fs::read_dir(dir)
         .unwrap()
         .flatten()

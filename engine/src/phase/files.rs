@@ -358,13 +358,7 @@ impl Output {
         state.committed = 0;
         state.head.clear();
         state.head_len = 0;
-        Ok(Output {
-            state,
-            file,
-            pending: 0,
-            buffer: Vec::new(),
-            written: 0,
-        })
+        Ok(Output::at_commit(state, file))
     }
 
     /// Reopens a file this phase created and cuts it back to its committed
@@ -388,13 +382,7 @@ impl Output {
             return Err(locked(&path));
         }
         let len = file.len()?;
-        let mut output = Output {
-            written: state.committed,
-            state,
-            file,
-            pending: 0,
-            buffer: Vec::new(),
-        };
+        let mut output = Output::at_commit(state, file);
         if len > output.state.committed {
             output.file.set_len(output.state.committed)?;
             output.file.sync()?;
@@ -417,40 +405,32 @@ impl Output {
             return Err(refusal(&path, "was never created"));
         };
         let source = open_committed(fs, &state, identity)?;
-        let fork = fork_path(&path);
-        match fs.stat(&fork)? {
-            Entry::Missing => {}
-            // A copy an earlier run left before its commit: never the file.
-            Entry::Regular { .. } => fs.remove(&fork)?,
-            _ => return Err(refusal(&fork, "is not a regular file; refused")),
+        // A copy an earlier run left before its commit is never the file.
+        let mut copy = stage_at(fs, &fork_path(&path))?;
+        let copied = io::copy(&mut SeqReader::new(source, state.committed), &mut copy)?;
+        if copied != state.committed {
+            return Err(refusal(&path, "was cut while it was copied"));
         }
-        let mut copy = fs.create_new(&fork)?;
+        let copy = copy.into_file()?;
         if !copy.try_lock()? {
-            return Err(locked(&fork));
+            return Err(locked(&fork_path(&path)));
         }
-        let mut buffer = vec![0u8; 1 << 20];
-        let mut at = 0u64;
-        while at < state.committed {
-            let want = buffer.len().min((state.committed - at) as usize);
-            let n = source.read_at(at, &mut buffer[..want])?;
-            if n == 0 {
-                return Err(refusal(&path, "was cut while it was copied"));
-            }
-            copy.write_at(at, &buffer[..n])?;
-            at += n as u64;
-        }
-        copy.sync()?;
         let state = FileState {
             identity: Some(copy.identity()?),
             ..state
         };
-        Ok(Output {
+        Ok(Output::at_commit(state, copy))
+    }
+
+    /// The output of `file`, to be written on from `state`'s committed length.
+    fn at_commit(state: FileState, file: Box<dyn OutFile>) -> Output {
+        Output {
             written: state.committed,
             state,
-            file: copy,
+            file,
             pending: 0,
             buffer: Vec::new(),
-        })
+        }
     }
 }
 
@@ -639,9 +619,15 @@ impl SeqWriter {
     }
 
     /// Flushes and fsyncs; the file is then complete on disk.
-    pub fn finish(mut self) -> io::Result<()> {
+    pub fn finish(self) -> io::Result<()> {
+        self.into_file().map(drop)
+    }
+
+    /// [`finish`](Self::finish), and the file to go on with.
+    pub fn into_file(mut self) -> io::Result<Box<dyn OutFile>> {
         self.flush()?;
-        self.file.sync()
+        self.file.sync()?;
+        Ok(self.file)
     }
 }
 
@@ -819,21 +805,28 @@ pub fn sha256_of(fs: &dyn Fs, path: &Path) -> io::Result<String> {
 pub type SharedFs = Arc<dyn Fs>;
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     fn state(path: &Path) -> FileState {
         FileState::planned(path.to_path_buf())
     }
 
+    /// A file created at `path` with `bytes` written and committed, its
+    /// writer still open (and holding the lock), and the committed state.
+    pub(crate) fn committed_output(path: &Path, bytes: &[u8]) -> (Output, FileState) {
+        let mut out = Output::create(&RealFs, state(path), Existing::Refuse, false).unwrap();
+        out.append(bytes).unwrap();
+        let committed = out.sync().unwrap();
+        out.committed(committed.clone());
+        (out, committed)
+    }
+
     #[test]
     fn an_uncommitted_tail_is_cut_on_resume() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("out.jsonl");
-        let mut out = Output::create(&RealFs, state(&path), Existing::Refuse, false).unwrap();
-        out.append(b"a\n").unwrap();
-        let committed = out.sync().unwrap();
-        out.committed(committed.clone());
+        let (mut out, committed) = committed_output(&path, b"a\n");
         out.append(b"b\n").unwrap();
         out.sync().unwrap(); // synced, but the commit never happens
         drop(out);
@@ -916,10 +909,7 @@ mod tests {
     fn a_held_file_is_forked_and_the_old_writers_late_writes_land_nowhere() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("out");
-        let mut old = Output::create(&RealFs, state(&path), Existing::Refuse, false).unwrap();
-        old.append(b"one\n").unwrap();
-        let committed = old.sync().unwrap();
-        old.committed(committed.clone());
+        let (mut old, committed) = committed_output(&path, b"one\n");
         old.append(b"uncommitted\n").unwrap();
         old.sync().unwrap();
 
@@ -956,10 +946,7 @@ mod tests {
     fn a_committed_fork_is_rolled_forward_and_an_uncommitted_one_removed() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("out");
-        let mut old = Output::create(&RealFs, state(&path), Existing::Refuse, false).unwrap();
-        old.append(b"one\n").unwrap();
-        let committed = old.sync().unwrap();
-        old.committed(committed.clone());
+        let (old, committed) = committed_output(&path, b"one\n");
 
         // Forked, never committed: the next resume (the old writer gone)
         // takes the file and removes the copy.

@@ -1,6 +1,6 @@
 //! The store as the engine sees it: [`PhaseStore`], a facade over
 //! [`todod_store::Store`] that holds only what the runtime and the phase
-//! kinds use (29 of the store's 66 public methods).
+//! kinds use (29 of the store's 67 public methods).
 //!
 //! The engine names `todod_store::Store` here and nowhere else, so a phase
 //! that wants more of the store (the agent's todo list, plans, logins,

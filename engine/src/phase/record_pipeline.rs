@@ -380,11 +380,8 @@ pub async fn open<P: RecordPhase>(
         .filter(|(_, how)| *how == Opened::Forked)
         .map(|(o, _)| o.path().to_path_buf())
         .collect();
+    let created = opened.iter().any(|(_, how)| *how == Opened::Created);
     let opened: Vec<Output> = opened.into_iter().map(|(o, _)| o).collect();
-    let created = opened
-        .iter()
-        .zip(&state.files)
-        .any(|(o, f)| f.identity.is_none() && o.state().identity.is_some());
     state.files = opened.iter().map(|o| o.state().clone()).collect();
     if created || !forked.is_empty() {
         // A refused commit leaves the forks where they are: a commit lost
@@ -395,8 +392,6 @@ pub async fn open<P: RecordPhase>(
             return Ok(None);
         }
         for path in &forked {
-            tracing::warn!(task = %run.task, file = %path.display(),
-                "an output file was still held by the daemon this run took the task from: its committed bytes go on in a copy, and that daemon's late writes land nowhere");
             super::files::publish_fork(&*run.fs, path).map_err(|e| {
                 format!(
                     "cannot put the copy of {} in place: {}",
@@ -407,6 +402,8 @@ pub async fn open<P: RecordPhase>(
         }
         if !forked.is_empty() {
             let files: Vec<String> = forked.iter().map(|p| p.display().to_string()).collect();
+            tracing::warn!(task = %run.task, files = ?files,
+                "output files were still held by the daemon this run took the task from: their committed bytes go on in copies, and that daemon's late writes land nowhere");
             if let Err(e) = run.store.note_forked(run.task, &run.attempt, &files).await {
                 tracing::warn!(task = %run.task, error = %e, "cannot record the fork in the history");
             }
@@ -1016,22 +1013,14 @@ mod tests {
     /// Alone on a database the lock's holder is a stranger: refused.
     #[test]
     fn files_another_process_holds_are_forked_or_replaced_only_on_a_shared_store() {
+        use super::super::files::tests::committed_output;
         use super::super::files::{Existing, FileState, Output, RealFs};
         use super::{open_outputs, Opened};
         use std::os::unix::fs::MetadataExt;
         let dir = tempfile::tempdir().unwrap();
         let committed_path = dir.path().join("out");
         let created_path = dir.path().join("failures");
-        let mut holder = Output::create(
-            &RealFs,
-            FileState::planned(committed_path.clone()),
-            Existing::Refuse,
-            false,
-        )
-        .unwrap();
-        holder.append(b"one\n").unwrap();
-        let committed = holder.sync().unwrap();
-        holder.committed(committed.clone());
+        let (_holder, committed) = committed_output(&committed_path, b"one\n");
         // Created and locked, its identity never committed.
         let _created = Output::create(
             &RealFs,
