@@ -210,16 +210,17 @@ impl Connector {
 }
 
 /// Dials `uri`'s host and port over TCP, each address the name resolves to
-/// in turn, and refuses a connection that reached itself.
+/// in turn, from a source port other than the one dialled.
 ///
 /// Why: a port in the kernel's ephemeral range (todod's default 50710 is one,
 /// in Linux's 32768-60999) with nothing listening on it can be "connected"
 /// by the kernel choosing that same port as the source: TCP's simultaneous
 /// open joins the socket to itself. `todoctl ping --wait`, asking once a
-/// second while the daemon builds, then hears its own HTTP/2 preface back
-/// and fails with "h2 protocol error" instead of waiting on (CI saw it), and
-/// while it holds the port the daemon cannot bind it. Such a connection is
-/// nobody answering: it is dropped and reported as refused.
+/// second while the daemon starts, then heard its own HTTP/2 preface back
+/// and failed with "h2 protocol error" (CI saw it), and while it held the
+/// port the daemon could not bind it ("Address already in use", CI saw that
+/// too, after such a connection was dropped). So the source port is chosen
+/// before the dial ([`source_socket`]) and is never the daemon's.
 async fn dial_tcp(uri: &Uri) -> std::io::Result<tokio::net::TcpStream> {
     use std::io::{Error, ErrorKind};
     let host = uri
@@ -233,10 +234,11 @@ async fn dial_tcp(uri: &Uri) -> std::io::Result<tokio::net::TcpStream> {
         format!("{host} resolves to no address"),
     );
     for addr in tokio::net::lookup_host((host, port)).await? {
-        match tokio::net::TcpStream::connect(addr)
-            .await
-            .and_then(refuse_self)
-        {
+        let connected = match source_socket(addr) {
+            Ok(socket) => socket.connect(addr).await,
+            Err(e) => Err(e),
+        };
+        match connected {
             Ok(stream) => {
                 stream.set_nodelay(true)?;
                 return Ok(stream);
@@ -247,16 +249,41 @@ async fn dial_tcp(uri: &Uri) -> std::io::Result<tokio::net::TcpStream> {
     Err(last)
 }
 
-/// `stream`, unless its two ends are one socket (see `dial_tcp`).
-fn refuse_self(stream: tokio::net::TcpStream) -> std::io::Result<tokio::net::TcpStream> {
-    let peer = stream.peer_addr()?;
-    if stream.local_addr()? == peer {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::ConnectionRefused,
-            format!("nothing listens at {peer} (the connection reached itself)"),
-        ));
+/// A socket to dial `peer` from, bound to a port the kernel picks, never
+/// `peer`'s own (see [`dial_tcp`]).
+fn source_socket(peer: std::net::SocketAddr) -> std::io::Result<tokio::net::TcpSocket> {
+    source_socket_from(peer, || {
+        let (socket, any) = if peer.is_ipv4() {
+            (
+                tokio::net::TcpSocket::new_v4()?,
+                std::net::IpAddr::from(std::net::Ipv4Addr::UNSPECIFIED),
+            )
+        } else {
+            (
+                tokio::net::TcpSocket::new_v6()?,
+                std::net::Ipv6Addr::UNSPECIFIED.into(),
+            )
+        };
+        socket.bind((any, 0).into())?;
+        Ok(socket)
+    })
+}
+
+/// The first socket `bind` gives whose port is not `peer`'s (a few tries).
+fn source_socket_from(
+    peer: std::net::SocketAddr,
+    mut bind: impl FnMut() -> std::io::Result<tokio::net::TcpSocket>,
+) -> std::io::Result<tokio::net::TcpSocket> {
+    for _ in 0..8 {
+        let socket = bind()?;
+        if socket.local_addr()?.port() != peer.port() {
+            return Ok(socket);
+        }
     }
-    Ok(stream)
+    Err(std::io::Error::new(
+        std::io::ErrorKind::AddrInUse,
+        format!("no source port other than {} to dial it from", peer.port()),
+    ))
 }
 
 /// Settings of both targets; TCP_NODELAY is `dial_tcp`'s (the endpoint's
@@ -315,9 +342,10 @@ mod tests {
 
     /// A socket bound to a port and connected to that same port joins
     /// itself (TCP simultaneous open): what the kernel can do to a dial of a
-    /// free port in its ephemeral range. `dial_tcp` must take it for nobody.
+    /// free port in its ephemeral range. `dial_tcp` never dials from the
+    /// port it dials: a source socket on that port is passed over.
     #[tokio::test]
-    async fn a_connection_that_reached_itself_is_refused() {
+    async fn a_dial_never_comes_from_the_port_it_dials() {
         let socket = tokio::net::TcpSocket::new_v4().unwrap();
         socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
         let own = socket.local_addr().unwrap();
@@ -327,9 +355,29 @@ mod tests {
             own,
             "the kernel joined it to itself"
         );
-        let e = refuse_self(stream).unwrap_err();
-        assert_eq!(e.kind(), std::io::ErrorKind::ConnectionRefused);
-        assert!(e.to_string().contains("reached itself"), "{e}");
+        drop(stream);
+
+        // The first source socket offered is on the dialled port.
+        let target = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap();
+        let mut offered = Vec::new();
+        let socket = source_socket_from(target, || {
+            let socket = tokio::net::TcpSocket::new_v4()?;
+            let port = if offered.is_empty() { target.port() } else { 0 };
+            socket.bind(std::net::SocketAddr::new(target.ip(), port))?;
+            offered.push(socket.local_addr()?.port());
+            Ok(socket)
+        })
+        .unwrap();
+        assert_eq!(offered.len(), 2, "{offered:?}");
+        assert_eq!(offered[0], target.port());
+        assert_ne!(socket.local_addr().unwrap().port(), target.port());
+        assert_ne!(
+            source_socket(target).unwrap().local_addr().unwrap().port(),
+            target.port()
+        );
     }
 
     #[tokio::test]
