@@ -12,6 +12,7 @@ use serde_json::{Map, Value};
 use super::endpoints::Endpoints;
 use super::retry::{unit_random, Backoff, Failure};
 use super::sse::{SseParser, SsePayload};
+use super::token_ids::ServerKind;
 
 /// Which API a request uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -180,6 +181,15 @@ pub struct Completion {
     /// For a stream: from sending the request to its first content (or
     /// reasoning) piece, the time to first token.
     pub first_token: Option<Duration>,
+    /// The ids the model generated, as the server sampled them (before it
+    /// parsed reasoning and tool calls out of their text), when it returns
+    /// them: vLLM's and SGLang's `token_ids` (SGLang's
+    /// `response_token_ids` since August 2026), llama.cpp's log
+    /// probabilities' `id`s. See `token_ids`.
+    pub token_ids: Option<Vec<u32>>,
+    /// The ids of the prompt as the server rendered and tokenized it, when
+    /// it returns them (vLLM, SGLang).
+    pub prompt_token_ids: Option<Vec<u32>>,
 }
 
 /// One tool call of an answer: `{id, type, function: {name, arguments}}`,
@@ -331,6 +341,36 @@ impl InferenceClient {
     pub fn with_metrics(mut self, metrics: todod_telemetry::RequestMetrics) -> InferenceClient {
         self.metrics = Some(metrics);
         self
+    }
+
+    /// What each endpoint says it is (`GET /v1/models`, once, with the
+    /// run's key and connect timeout, within `limit`): which way it is asked
+    /// for token ids. A server that cannot be asked is `Other`, with why.
+    pub async fn server_kinds(&self, limit: Duration) -> Vec<(String, ServerKind)> {
+        let mut kinds = Vec::new();
+        for url in self.endpoints.urls() {
+            let mut get = self
+                .http
+                .get(super::token_ids::models_url(url))
+                .timeout(limit);
+            if let Some(value) = &self.authorization {
+                get = get.header(reqwest::header::AUTHORIZATION, value.clone());
+            }
+            let kind = match get.send().await {
+                Ok(response) if response.status().is_success() => {
+                    match response.json::<Value>().await {
+                        Ok(answer) => ServerKind::from_models(&answer),
+                        Err(e) => ServerKind::Other(format!("/v1/models is not JSON: {e}")),
+                    }
+                }
+                Ok(response) => {
+                    ServerKind::Other(format!("/v1/models answered {}", response.status()))
+                }
+                Err(e) => ServerKind::Other(format!("/v1/models: {e}")),
+            };
+            kinds.push((url.to_string(), kind));
+        }
+        kinds
     }
 
     /// Sends `request`, retrying as `Limits::backoff` allows, on whichever
@@ -712,6 +752,43 @@ mod wire {
         pub text: Option<Cow<'a, str>>,
         #[serde(borrow, default, deserialize_with = "borrowed")]
         pub finish_reason: Option<Cow<'a, str>>,
+        /// The generated ids (a stream chunk's own): vLLM's `token_ids`,
+        /// SGLang's `token_ids`, renamed `response_token_ids` in its chat
+        /// answers (sgl-project/sglang PR #35225).
+        #[serde(default, alias = "response_token_ids")]
+        pub token_ids: Option<Vec<u32>>,
+        /// SGLang puts the prompt's ids in each choice.
+        #[serde(default)]
+        pub prompt_token_ids: Option<Vec<u32>>,
+        /// llama.cpp's server gives each generated token's id in its log
+        /// probabilities (`logprobs.content[].id`).
+        #[serde(default)]
+        pub logprobs: Option<LogProbs>,
+    }
+
+    #[derive(Deserialize)]
+    pub struct LogProbs {
+        #[serde(default)]
+        pub content: Option<Vec<TokenLogProb>>,
+    }
+
+    #[derive(Deserialize)]
+    pub struct TokenLogProb {
+        #[serde(default)]
+        pub id: Option<u32>,
+    }
+
+    impl Choice<'_> {
+        /// The generated ids this choice carries, if it carries them: its
+        /// `token_ids`, or the ids of its log probabilities when every
+        /// entry has one (vLLM's entries have none).
+        pub fn generated_ids(&self) -> Option<Vec<u32>> {
+            if let Some(ids) = &self.token_ids {
+                return Some(ids.clone());
+            }
+            let entries = self.logprobs.as_ref()?.content.as_ref()?;
+            entries.iter().map(|e| e.id).collect()
+        }
     }
 
     #[derive(Deserialize)]
@@ -722,6 +799,10 @@ mod wire {
         pub choices: Option<Vec<Choice<'a>>>,
         #[serde(default)]
         pub usage: Option<Usage>,
+        /// vLLM puts the prompt's ids beside the choices (a stream: in its
+        /// first chunk).
+        #[serde(default)]
+        pub prompt_token_ids: Option<Vec<u32>>,
         /// An error object some servers put in a stream.
         #[serde(borrow, default)]
         pub error: Option<&'a RawValue>,
@@ -796,6 +877,11 @@ fn parse_whole(bytes: &[u8], api: Api) -> Result<Completion, Failure> {
                 .collect()
         })
         .unwrap_or_default();
+    let token_ids = choice.generated_ids();
+    let prompt_token_ids = answer
+        .prompt_token_ids
+        .clone()
+        .or_else(|| choice.prompt_token_ids.clone());
     Ok(Completion {
         content: content.unwrap_or_default().to_string(),
         reasoning: reasoning.map(str::to_string),
@@ -805,6 +891,8 @@ fn parse_whole(bytes: &[u8], api: Api) -> Result<Completion, Failure> {
         model: answer.model.as_deref().unwrap_or_default().to_string(),
         // Not streamed: the first token arrives with the last.
         first_token: None,
+        token_ids,
+        prompt_token_ids,
     })
 }
 
@@ -851,7 +939,19 @@ impl StreamAccumulator {
         if let Some(usage) = chunk.usage {
             self.completion.usage = Some(usage);
         }
+        if let Some(ids) = chunk.prompt_token_ids {
+            self.completion.prompt_token_ids = Some(ids);
+        }
         if let Some(choice) = chunk.choices.as_ref().and_then(|c| c.first()) {
+            if let Some(ids) = choice.generated_ids() {
+                self.completion
+                    .token_ids
+                    .get_or_insert_with(Vec::new)
+                    .extend(ids);
+            }
+            if let Some(ids) = &choice.prompt_token_ids {
+                self.completion.prompt_token_ids = Some(ids.clone());
+            }
             let (content, reasoning) = texts(choice, api, false);
             let calls = choice.delta.as_ref().and_then(|d| d.tool_calls.as_deref());
             let piece = !content.unwrap_or_default().is_empty()
@@ -992,6 +1092,83 @@ mod tests {
             serde_json::to_value(&c.tool_calls).unwrap(),
             json!([{"id": "a", "type": "function", "function": {"name": "f", "arguments": "{\"x\": 1}"}},
                    {"id": "b", "type": "function", "function": {"name": "g", "arguments": "{\"y\":2}"}}])
+        );
+    }
+
+    /// The ids each server returns, in its own shape (vLLM 0.11's
+    /// protocol, SGLang's after PR #35225, llama.cpp b6xxx as vendored by
+    /// llama-cpp-python 0.3.36), whole and streamed.
+    #[test]
+    fn token_ids_are_read_in_each_servers_shape() {
+        let message = json!({"role": "assistant", "content": "hi"});
+        let vllm = json!({"model": "m", "prompt_token_ids": [1, 2, 3],
+            "choices": [{"index": 0, "message": message, "finish_reason": "stop", "token_ids": [7, 8, 2]}]});
+        let c = parse_whole(vllm.to_string().as_bytes(), Api::Chat).unwrap();
+        assert_eq!(
+            (c.prompt_token_ids, c.token_ids),
+            (Some(vec![1, 2, 3]), Some(vec![7, 8, 2]))
+        );
+
+        let sglang = json!({"model": "m", "choices": [{"index": 0, "message": message, "finish_reason": "stop",
+            "prompt_token_ids": [4, 5], "response_token_ids": [9]}]});
+        let c = parse_whole(sglang.to_string().as_bytes(), Api::Chat).unwrap();
+        assert_eq!(
+            (c.prompt_token_ids, c.token_ids),
+            (Some(vec![4, 5]), Some(vec![9]))
+        );
+
+        let entry = |id: u32| {
+            json!({"id": id, "token": "x", "bytes": [120], "logprob": -0.5,
+            "top_logprobs": [{"id": id, "token": "x", "bytes": [120], "logprob": -0.5}]})
+        };
+        let llama = json!({"model": "m", "choices": [{"index": 0, "message": message, "finish_reason": "stop",
+            "logprobs": {"content": [entry(57), entry(2)]}}]});
+        let c = parse_whole(llama.to_string().as_bytes(), Api::Chat).unwrap();
+        assert_eq!((c.prompt_token_ids, c.token_ids), (None, Some(vec![57, 2])));
+
+        // vLLM's log probabilities carry no ids: none are made up.
+        let vllm_logprobs = json!({"model": "m", "choices": [{"index": 0, "message": message, "finish_reason": "stop",
+            "logprobs": {"content": [{"token": "hi", "logprob": -0.1, "bytes": [104, 105], "top_logprobs": []}]}}]});
+        let c = parse_whole(vllm_logprobs.to_string().as_bytes(), Api::Chat).unwrap();
+        assert_eq!(c.token_ids, None);
+        let plain = json!({"model": "m", "choices": [{"index": 0, "message": message, "finish_reason": "stop", "logprobs": null}]});
+        assert_eq!(
+            parse_whole(plain.to_string().as_bytes(), Api::Chat)
+                .unwrap()
+                .token_ids,
+            None
+        );
+
+        // Streamed: vLLM's prompt ids in the first chunk, each chunk's own
+        // generated ids; llama.cpp's in each chunk's log probabilities.
+        let mut acc = StreamAccumulator::default();
+        for chunk in [
+            json!({"prompt_token_ids": [1, 2], "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "token_ids": []}]}),
+            json!({"choices": [{"index": 0, "delta": {"content": "h"}, "token_ids": [7]}]}),
+            json!({"choices": [{"index": 0, "delta": {"content": "i"}, "token_ids": [8, 2], "finish_reason": "stop"}]}),
+        ] {
+            acc.take(SsePayload::Data(&chunk.to_string()), Api::Chat)
+                .unwrap();
+        }
+        let c = acc.finish().unwrap();
+        assert_eq!(
+            (c.prompt_token_ids, c.token_ids),
+            (Some(vec![1, 2]), Some(vec![7, 8, 2]))
+        );
+        let mut acc = StreamAccumulator::default();
+        for chunk in [
+            json!({"choices": [{"index": 0, "delta": {"role": "assistant", "content": null}}]}),
+            json!({"choices": [{"index": 0, "delta": {"content": "I"}, "logprobs": {"content": [entry(57)]}}]}),
+            json!({"choices": [{"index": 0, "delta": {"content": "'m"}, "logprobs": {"content": [entry(5248)]}}]}),
+            json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}),
+        ] {
+            acc.take(SsePayload::Data(&chunk.to_string()), Api::Chat)
+                .unwrap();
+        }
+        let c = acc.finish().unwrap();
+        assert_eq!(
+            (c.prompt_token_ids, c.token_ids),
+            (None, Some(vec![57, 5248]))
         );
     }
 

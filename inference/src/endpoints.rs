@@ -77,6 +77,11 @@ impl Endpoints {
         Ok(Endpoints { all })
     }
 
+    /// The base URLs, as given.
+    pub fn urls(&self) -> impl Iterator<Item = &str> {
+        self.all.iter().map(|e| e.url.as_str())
+    }
+
     pub fn acquire(&self) -> Lease<'_> {
         self.acquire_at(Instant::now())
     }

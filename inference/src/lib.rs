@@ -6,6 +6,7 @@ pub mod endpoints;
 pub mod retry;
 pub mod server_watch;
 pub mod sse;
+pub mod token_ids;
 
 pub use api_key::check_key_value;
 pub use client::{
@@ -13,3 +14,4 @@ pub use client::{
     RequestFields, RequestTemplate, ToolCall, Usage,
 };
 pub use retry::{Backoff, Failure};
+pub use token_ids::ServerKind;

@@ -314,6 +314,21 @@ pub struct GenerationResult {
     /// The requests its runs sent, retried and saw fail, by class.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub requests: Option<RequestCounts>,
+    /// The ids the model generated, kept in the records.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_ids: Option<TokenIdsKept>,
+}
+
+/// How many records keep the ids their server generated (`token_ids`) and
+/// the hash of the prompt's (`prompt_token_ids`), and how each endpoint
+/// was asked for them.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct TokenIdsKept {
+    pub records: u64,
+    pub with_prompt_ids: u64,
+    /// Endpoint → `vllm: asked`, `other: not asked: ...`.
+    pub endpoints: BTreeMap<String, String>,
 }
 
 /// Requests a run sent, counted where `/metrics` counts them
@@ -504,6 +519,49 @@ pub struct TokenizationResult {
     /// The file naming the parts, if it was sharded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parts: Option<String>,
+    /// The answers' training tokens against the ids their model generated,
+    /// when records kept them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drift: Option<TokenDrift>,
+}
+
+/// The training tokens of generated answers against the ids their model
+/// generated (the records that kept them: a generation's `token_ids`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct TokenDrift {
+    /// Records compared: they kept their generated ids.
+    pub checked: u64,
+    /// Of those, the records whose trained ids for the answer do not begin
+    /// with the ids the model generated.
+    pub differing: u64,
+    /// Records that kept their prompt's count and hash, and those whose
+    /// prompt, rendered and tokenized here, has other ids than the server's.
+    pub prompts_checked: u64,
+    pub prompts_differing: u64,
+    /// The first differences, a few.
+    pub examples: Vec<DriftExample>,
+}
+
+impl TokenDrift {
+    /// The share of the checked records that differ.
+    pub fn share(&self) -> Option<f64> {
+        (self.checked > 0).then(|| self.differing as f64 / self.checked as f64)
+    }
+}
+
+/// Where one record's trained ids part from its generated ids.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct DriftExample {
+    pub id: String,
+    /// The index, in the answer's ids, of the first that differs.
+    pub at: u64,
+    /// A few ids either side of it, from each.
+    pub generated: Vec<u32>,
+    pub trained: Vec<u32>,
+    /// The rendered text from the first trained id that differs.
+    pub trained_text: String,
 }
 
 /// A filter task's result: the records kept, and the others by reason.

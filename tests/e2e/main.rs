@@ -40,4 +40,5 @@ mod self_contained;
 mod several_daemons;
 mod sharded;
 mod status_page;
+mod token_ids;
 mod tokenization;

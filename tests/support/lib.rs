@@ -32,6 +32,7 @@ pub mod lossy_fs;
 pub mod lossy_proxy;
 pub mod megatron;
 pub mod mock_openai;
+pub mod mock_token_ids;
 pub mod parquet_rows;
 pub mod rng;
 pub mod scrape;

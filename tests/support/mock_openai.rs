@@ -15,6 +15,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Notify, Semaphore};
 
+use crate::mock_token_ids as ids;
+pub use crate::mock_token_ids::MockTokenIds;
+
 /// How the next request goes wrong (or not).
 #[derive(Debug, Clone, PartialEq)]
 pub enum Fault {
@@ -67,6 +70,10 @@ pub struct Settings {
     /// whole prompt was cached (`prompt_tokens_details.cached_tokens`).
     /// Zero: no cache, and usage says nothing of one.
     pub prefill: Duration,
+    /// Token ids for a request that asks (`return_token_ids`), in a
+    /// server's shape; `/v1/models` then says which server. None: a request
+    /// gets none, and `/v1/models` says `owned_by: "mock"`.
+    pub token_ids: Option<MockTokenIds>,
 }
 
 /// The mock's own `/metrics`.
@@ -132,6 +139,7 @@ impl Default for Settings {
             curve: None,
             metrics: ServerMetrics::Absent,
             prefill: Duration::ZERO,
+            token_ids: None,
         }
     }
 }
@@ -165,6 +173,8 @@ struct State {
     started: std::sync::OnceLock<std::time::Instant>,
     /// The inputs answered, by hash, for `Settings::prefill`.
     cached: Mutex<std::collections::HashSet<u64>>,
+    /// `GET /v1/models` requests received.
+    model_lists: AtomicUsize,
 }
 
 /// Counts a request in flight until dropped.
@@ -275,6 +285,11 @@ impl MockOpenAi {
 
     /// The most requests the server ever had at once (waiting or served).
     /// How many times `/metrics` was asked for.
+    /// `GET /v1/models` requests received (a run asks once per endpoint).
+    pub fn model_lists(&self) -> usize {
+        self.state.model_lists.load(Ordering::SeqCst)
+    }
+
     pub fn metrics_scrapes(&self) -> usize {
         self.state.metrics_scrapes.load(Ordering::SeqCst)
     }
@@ -442,6 +457,24 @@ async fn serve(
         state.metrics_scrapes.fetch_add(1, Ordering::SeqCst);
         return serve_metrics(&mut stream, state, settings).await;
     }
+    if request.path == "/v1/models" {
+        // Not a completion: not counted.
+        state.model_lists.fetch_add(1, Ordering::SeqCst);
+        let body = match settings.token_ids {
+            Some(_) => ids::models_body("mock-model"),
+            None => json!({"object": "list", "data": [{"id": "mock-model", "object": "model",
+                "created": 0, "owned_by": "mock"}]})
+            .to_string(),
+        };
+        let head = format!(
+            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\
+             connection: close\r\n\r\n",
+            body.len()
+        );
+        stream.write_all(head.as_bytes()).await?;
+        stream.write_all(body.as_bytes()).await?;
+        return stream.shutdown().await;
+    }
     // Not counted from the last write on: the client may send its next
     // request as soon as it has read it, before this task drops the count.
     let counted = InFlight::new(state);
@@ -556,9 +589,18 @@ async fn serve(
     } else {
         Vec::new()
     };
+    // The ids, when the request asks and the mock speaks a dialect that
+    // returns them: (the prompt's, the answer's).
+    let token_ids = settings
+        .token_ids
+        .filter(|_| request.body["return_token_ids"] == true)
+        .map(|mode| {
+            let text = ids::generated_text(&content, &calls, mode);
+            (ids::prompt_ids(&input), ids::generated_ids(&text))
+        });
     if !calls.is_empty() {
         drop(counted);
-        return answer_with_calls(&mut stream, &model, &calls, streamed).await;
+        return answer_with_calls(&mut stream, &model, &calls, streamed, token_ids).await;
     }
     let finish = if fault == Fault::Length {
         "length"
@@ -603,8 +645,14 @@ async fn serve(
         } else {
             json!({"index": 0, "text": content, "finish_reason": finish})
         };
-        let body =
-            json!({"id": "mock", "model": model, "choices": [choice], "usage": usage}).to_string();
+        let mut choice = choice;
+        let mut answer = json!({"id": "mock", "model": model, "usage": usage});
+        if let Some((prompt, generated)) = &token_ids {
+            answer["prompt_token_ids"] = json!(prompt);
+            choice["token_ids"] = json!(generated);
+        }
+        answer["choices"] = json!([choice]);
+        let body = answer.to_string();
         let head = format!(
             "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\
              connection: close\r\n\r\n",
@@ -619,23 +667,40 @@ async fn serve(
     // Streamed: close-delimited event stream.
     let head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n";
     stream.write_all(head.as_bytes()).await?;
-    let delta = |field: &str, text: &str| {
-        let choice = if chat {
+    // vLLM sends each chunk's own ids: here the answer's ids are dealt
+    // out over the content chunks in order, the end of turn with the last
+    // chunk (the one with the finish_reason), the prompt's with the first.
+    let dealt = token_ids.as_ref().map(|(prompt, generated)| {
+        let (answer, end) = generated.split_at(generated.len() - 1);
+        (prompt.clone(), deal(answer, tokens.len()), end.to_vec())
+    });
+    let delta = |field: &str, text: &str, i: Option<usize>| {
+        let mut choice = if chat {
             json!({"index": 0, "delta": {field: text}, "finish_reason": null})
         } else {
             json!({"index": 0, "text": text, "finish_reason": null})
         };
-        format!("data: {}\n\n", json!({"model": model, "choices": [choice]}))
+        let mut chunk = json!({"model": model});
+        if let (Some((prompt, pieces, _)), Some(i)) = (&dealt, i) {
+            choice["token_ids"] = json!(pieces[i]);
+            if i == 0 {
+                chunk["prompt_token_ids"] = json!(prompt);
+            }
+        }
+        chunk["choices"] = json!([choice]);
+        format!("data: {chunk}\n\n")
     };
     if let Some(r) = &reasoning {
         stream
-            .write_all(delta("reasoning_content", r).as_bytes())
+            .write_all(delta("reasoning_content", r, None).as_bytes())
             .await?;
     }
     let pace = (settings.tokens_per_second > 0.0)
         .then(|| Duration::from_secs_f64(1.0 / settings.tokens_per_second));
     for (i, token) in tokens.iter().enumerate() {
-        stream.write_all(delta("content", token).as_bytes()).await?;
+        stream
+            .write_all(delta("content", token, Some(i)).as_bytes())
+            .await?;
         if i == 0 && fault == Fault::StallMidStream {
             until_abandoned(&mut stream, state).await;
             return Ok(());
@@ -647,11 +712,14 @@ async fn serve(
     if fault == Fault::CloseWithoutDone {
         return stream.shutdown().await;
     }
-    let last_choice = if chat {
+    let mut last_choice = if chat {
         json!({"index": 0, "delta": {}, "finish_reason": finish})
     } else {
         json!({"index": 0, "text": "", "finish_reason": finish})
     };
+    if let Some((_, _, end)) = &dealt {
+        last_choice["token_ids"] = json!(end);
+    }
     let last = json!({"model": model, "choices": [last_choice]});
     let usage_chunk = json!({"model": model, "choices": [], "usage": usage});
     let tail = format!("data: {last}\n\ndata: {usage_chunk}\n\ndata: [DONE]\n\n");
@@ -696,6 +764,7 @@ async fn answer_with_calls(
     model: &str,
     calls: &[Value],
     streamed: bool,
+    token_ids: Option<(Vec<u32>, Vec<u32>)>,
 ) -> std::io::Result<()> {
     let arguments: Vec<&str> = calls
         .iter()
@@ -705,10 +774,14 @@ async fn answer_with_calls(
     let usage =
         json!({"prompt_tokens": 1, "completion_tokens": tokens, "total_tokens": tokens + 1});
     if !streamed {
-        let body = json!({"id": "mock", "model": model, "usage": usage, "choices": [{"index": 0,
+        let mut answer = json!({"id": "mock", "model": model, "usage": usage, "choices": [{"index": 0,
             "message": {"role": "assistant", "content": null, "tool_calls": calls},
-            "finish_reason": "tool_calls"}]})
-        .to_string();
+            "finish_reason": "tool_calls"}]});
+        if let Some((prompt, generated)) = &token_ids {
+            answer["prompt_token_ids"] = json!(prompt);
+            answer["choices"][0]["token_ids"] = json!(generated);
+        }
+        let body = answer.to_string();
         let head = format!(
             "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\
              connection: close\r\n\r\n",
@@ -733,10 +806,20 @@ async fn answer_with_calls(
             chars[b..].iter().collect(),
         ]
     };
-    let mut events = vec![chunk(
-        json!({"role": "assistant", "content": null}),
-        Value::Null,
-    )];
+    let mut first = json!({"model": model, "choices": [{"index": 0,
+        "delta": {"role": "assistant", "content": null}, "finish_reason": null}]});
+    let mut last = json!({"model": model, "choices": [{"index": 0, "delta": {},
+        "finish_reason": "tool_calls"}]});
+    if let Some((prompt, generated)) = &token_ids {
+        // A tool parser holds the text back until a call is whole; the ids
+        // come as they are generated: here, all but the end of turn with
+        // the first chunk, the end of turn with the last.
+        let (answer, end) = generated.split_at(generated.len() - 1);
+        first["prompt_token_ids"] = json!(prompt);
+        first["choices"][0]["token_ids"] = json!(answer);
+        last["choices"][0]["token_ids"] = json!(end);
+    }
+    let mut events = vec![format!("data: {first}\n\n")];
     let pieces: Vec<[String; 3]> = arguments.iter().map(|a| thirds(a)).collect();
     for part in 0..3 {
         for (index, (call, piece)) in calls.iter().zip(&pieces).enumerate() {
@@ -749,7 +832,7 @@ async fn answer_with_calls(
             events.push(chunk(json!({"tool_calls": [delta]}), Value::Null));
         }
     }
-    events.push(chunk(json!({}), json!("tool_calls")));
+    events.push(format!("data: {last}\n\n"));
     events.push(format!(
         "data: {}\n\ndata: [DONE]\n\n",
         json!({"model": model, "choices": [], "usage": usage})
@@ -760,6 +843,14 @@ async fn answer_with_calls(
         stream.write_all(event.as_bytes()).await?;
     }
     stream.shutdown().await
+}
+
+/// `ids` dealt out over `pieces` chunks, in order, as evenly as they go.
+fn deal(ids: &[u32], pieces: usize) -> Vec<Vec<u32>> {
+    let pieces = pieces.max(1);
+    (0..pieces)
+        .map(|i| ids[i * ids.len() / pieces..(i + 1) * ids.len() / pieces].to_vec())
+        .collect()
 }
 
 /// FNV-1a: a stable hash for the mock's pure functions of the input.

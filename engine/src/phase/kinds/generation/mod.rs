@@ -12,6 +12,7 @@ pub mod kind;
 mod legacy;
 pub mod prompts;
 mod requests;
+mod token_ids;
 pub mod spec;
 
 use todod_proto::results::ProgressCounts;
@@ -73,6 +74,15 @@ pub struct Stats {
     /// requests after the last one, as it loses their answers).
     #[serde(default)]
     pub requests: todod_proto::results::RequestCounts,
+    /// Records that keep the ids the model generated, and the prompt's.
+    #[serde(default)]
+    pub records_with_token_ids: u64,
+    #[serde(default)]
+    pub records_with_prompt_token_ids: u64,
+    /// How each endpoint was asked for token ids, by the latest run that
+    /// asked it (`vllm: asked`, `not asked: ...`).
+    #[serde(default)]
+    pub token_ids_asked: std::collections::BTreeMap<String, String>,
 }
 
 /// How many failure messages the progress keeps for a person to read.
@@ -93,6 +103,8 @@ const SERVER_SCRAPE_EVERY: Duration = Duration::from_secs(5);
 
 struct Generation {
     spec: GenerationSpec,
+    /// How this run asked each endpoint for token ids.
+    token_ids_asked: std::collections::BTreeMap<String, String>,
     retry: bool,
     drift: std::sync::Mutex<DriftCheck>,
     /// Held by a re-measurement; says when it was, and what it found.
@@ -177,6 +189,8 @@ impl RecordPhase for Generation {
                 stats.tool_call_finishes += u64::from(c.finish_reason == "tool_calls");
                 stats.tool_calls += c.tool_calls.len() as u64;
                 stats.records += 1;
+                stats.records_with_token_ids += u64::from(c.token_ids.is_some());
+                stats.records_with_prompt_token_ids += u64::from(c.prompt_token_ids.is_some());
                 let kept = self.spec.keep_prompt.then_some(&*prompt.input);
                 let (messages, prompt_text) = match self.spec.api {
                     Api::Chat => (kept, None),
@@ -202,6 +216,8 @@ impl RecordPhase for Generation {
                     endpoint: &out.endpoint,
                     latency_ms: out.latency.as_millis() as u64,
                     attempts: out.attempts,
+                    token_ids: c.token_ids.as_deref(),
+                    prompt_token_ids: c.prompt_token_ids.as_deref().map(PromptIds::of),
                 };
                 files.record(OUTPUT, &record)
             }
@@ -257,6 +273,9 @@ impl RecordPhase for Generation {
         let mut counted = self.requests_before.clone();
         counted.add(&self.requests.counts());
         stats.requests = counted;
+        for (endpoint, how) in &self.token_ids_asked {
+            stats.token_ids_asked.insert(endpoint.clone(), how.clone());
+        }
     }
 
     fn progress(&self, stats: &Stats, pass: &PassCounts, input: &InputState) -> Value {
@@ -378,6 +397,32 @@ struct Record<'a> {
     endpoint: &'a str,
     latency_ms: u64,
     attempts: u32,
+    /// The ids the model generated, as its server returned them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    token_ids: Option<&'a [u32]>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    prompt_token_ids: Option<PromptIds>,
+}
+
+/// The prompt's ids as the server tokenized them, kept as their count and
+/// hash: an agentic prompt repeats its system prompt and tools (thousands
+/// of tokens) in every record, and the record holds the prompt's text
+/// already; the hash is what a check of one's own rendering needs.
+#[derive(Serialize)]
+struct PromptIds {
+    count: usize,
+    /// sha256 of the ids as little-endian u32s (numpy:
+    /// `np.asarray(ids, "<u4").tobytes()`).
+    sha256: String,
+}
+
+impl PromptIds {
+    fn of(ids: &[u32]) -> PromptIds {
+        PromptIds {
+            count: ids.len(),
+            sha256: todod_format::token_ids::sha256_of(ids),
+        }
+    }
 }
 
 /// One line of the failures file: the prompt as it came, and its failure.
@@ -463,6 +508,13 @@ fn result(
         shards: None,
         manifest: None,
         requests: (stats.requests.sent > 0).then(|| stats.requests.clone()),
+        token_ids: (!stats.token_ids_asked.is_empty() || stats.records_with_token_ids > 0).then(
+            || todod_proto::results::TokenIdsKept {
+                records: stats.records_with_token_ids,
+                with_prompt_ids: stats.records_with_prompt_token_ids,
+                endpoints: stats.token_ids_asked.clone(),
+            },
+        ),
     }
 }
 
@@ -638,6 +690,11 @@ impl crate::phase::shards::Counters for Stats {
         }
         self.recent_errors.extend(other.recent_errors.iter().cloned());
         self.requests.add(&other.requests);
+        self.records_with_token_ids += other.records_with_token_ids;
+        self.records_with_prompt_token_ids += other.records_with_prompt_token_ids;
+        for (endpoint, how) in &other.token_ids_asked {
+            self.token_ids_asked.insert(endpoint.clone(), how.clone());
+        }
         let extra = self.recent_errors.len().saturating_sub(RECENT_ERRORS);
         self.recent_errors.drain(..extra);
     }
@@ -761,7 +818,10 @@ async fn run_inner(run: &RunContext, spec: GenerationSpec) -> Result<Ended, Stri
         Some(registration) => registration.gate(),
         None => Gate::alone(concurrency),
     };
+    let client = client(&spec)?.with_metrics(metrics.clone());
+    let (ask, token_ids_asked) = token_ids::asking(&client, &spec).await;
     let phase = Arc::new(Generation {
+        token_ids_asked,
         retry: setup.retry_input.is_some(),
         spec: spec.clone(),
         drift: std::sync::Mutex::new(DriftCheck {
@@ -778,7 +838,7 @@ async fn run_inner(run: &RunContext, spec: GenerationSpec) -> Result<Ended, Stri
             SERVER_SCRAPE_EVERY,
             run.telemetry.servers().clone(),
         ),
-        requests: metrics.clone(),
+        requests: metrics,
         request_watch: std::sync::Mutex::new(requests::RequestWatch::new(
             std::time::Instant::now(),
             requests_before.clone(),
@@ -796,8 +856,8 @@ async fn run_inner(run: &RunContext, spec: GenerationSpec) -> Result<Ended, Stri
     let Some((state, outputs)) = record_pipeline::open(run, &phase, state, &plan).await? else {
         return Ok(Ended::Stopped);
     };
-    let client = Arc::new(client(&spec)?.with_metrics(metrics));
-    let template = Arc::new(spec.request_template());
+    let client = Arc::new(client);
+    let template = Arc::new(spec.request_template_with(&ask));
     let process = Arc::new(move |prompt: prompts::Prompt| {
         let (client, template, gate) = (client.clone(), template.clone(), gate.clone());
         Box::pin(async move {

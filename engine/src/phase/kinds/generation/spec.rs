@@ -24,7 +24,21 @@ pub const OUTPUT_FIELDS: &[&str] = &[
     "id_field",
     "keep_prompt",
     "shards",
+    "token_ids",
 ];
+
+/// Whether a generation asks its servers for the token ids they generated
+/// (see `todod_inference::token_ids`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TokenIds {
+    /// Ask the servers that say they are vLLM, SGLang or llama.cpp's, each
+    /// its own way; not the others (OpenAI refuses a field it does not know).
+    Auto,
+    /// Ask every server, one of another kind with vLLM's field.
+    On,
+    Off,
+}
 
 /// `warn_error_share`'s default: one request in twenty failing is far past
 /// a healthy server's rate, and well short of a run's failures piling up.
@@ -90,6 +104,8 @@ struct Raw {
     keep_prompt: Option<bool>,
     #[serde(default)]
     shards: Option<i64>,
+    #[serde(default)]
+    token_ids: Option<TokenIds>,
 }
 
 /// A checked generation spec.
@@ -126,6 +142,8 @@ pub struct GenerationSpec {
     /// Shards the prompts are split into, run at once by as many runs (on
     /// one daemon or several): 1, the default, is not split.
     pub shards: u32,
+    /// Asks the servers for the ids they generated, kept in each record.
+    pub token_ids: TokenIds,
 }
 
 /// What checking a spec gives the registry.
@@ -148,9 +166,21 @@ impl GenerationSpec {
     /// `max_tokens`) and streaming; the sweep and re-measurements of a
     /// feasibility task send the same.
     pub fn request_template(&self) -> todod_inference::RequestTemplate {
+        self.request_template_with(&Map::new())
+    }
+
+    /// The requests this generation sends, with `extra` fields (the ones
+    /// that ask for token ids) where `params` does not set them already.
+    pub fn request_template_with(
+        &self,
+        extra: &Map<String, Value>,
+    ) -> todod_inference::RequestTemplate {
         let mut params = self.params.clone();
         if let Some(max) = self.max_tokens {
             params.insert("max_tokens".into(), serde_json::json!(max));
+        }
+        for (key, value) in extra {
+            params.entry(key.clone()).or_insert_with(|| value.clone());
         }
         todod_inference::RequestTemplate::new(self.api, &self.model, &params, self.stream)
     }
@@ -321,5 +351,6 @@ fn typed(raw: Raw) -> Result<GenerationSpec, Error> {
         )?,
         keep_prompt: raw.keep_prompt.unwrap_or(true),
         shards: check::shards(raw.shards)?,
+        token_ids: raw.token_ids.unwrap_or(TokenIds::Auto),
     })
 }

@@ -61,6 +61,21 @@ pub struct Stats {
     /// bucket 0 also length 0.
     pub histogram: BTreeMap<u32, u64>,
     pub max_length: u64,
+    /// The answers' trained ids against the ids their model generated.
+    #[serde(default)]
+    pub drift: todod_proto::results::TokenDrift,
+}
+
+/// How many differences a result shows.
+const DRIFT_EXAMPLES: usize = 5;
+
+fn add_drift(into: &mut todod_proto::results::TokenDrift, from: &todod_proto::results::TokenDrift) {
+    into.checked += from.checked;
+    into.differing += from.differing;
+    into.prompts_checked += from.prompts_checked;
+    into.prompts_differing += from.prompts_differing;
+    let room = DRIFT_EXAMPLES.saturating_sub(into.examples.len());
+    into.examples.extend(from.examples.iter().take(room).cloned());
 }
 
 /// How the pass was set up, fixed for all its resumes.
@@ -86,6 +101,7 @@ impl crate::phase::shards::Counters for Stats {
             *self.histogram.entry(*bucket).or_default() += n;
         }
         self.max_length = self.max_length.max(other.max_length);
+        add_drift(&mut self.drift, &other.drift);
     }
 }
 
@@ -130,7 +146,22 @@ impl RecordPhase for Tokenization {
                 ids,
                 mask,
                 straddling,
+                drift,
             } => {
+                if let Some(drift) = drift {
+                    let counted = &mut stats.drift;
+                    counted.checked += 1;
+                    if let Some(example) = drift.answer {
+                        counted.differing += 1;
+                        if counted.examples.len() < DRIFT_EXAMPLES {
+                            counted.examples.push(example);
+                        }
+                    }
+                    if let Some(same) = drift.prompt_same {
+                        counted.prompts_checked += 1;
+                        counted.prompts_differing += u64::from(!same);
+                    }
+                }
                 let mut bytes = Vec::new();
                 self.dtype
                     .encode(&ids, &mut bytes)
@@ -406,7 +437,29 @@ fn verdict(spec: &TokenizationSpec, mut state: PhaseState, manifest: Option<Valu
         tokenizer: manifest.map(|m| m["tokenizer"]["identity"].clone()),
         shards: (spec.shards > 1).then_some(spec.shards),
         parts: (spec.shards > 1).then(|| paths.parts.display().to_string()),
+        drift: (stats.drift.checked > 0).then(|| stats.drift.clone()),
     };
+    if let (Some(most), Some(share)) = (spec.max_drift_share, stats.drift.share()) {
+        if share > most {
+            let first = stats.drift.examples.first().map_or(String::new(), |e| {
+                format!(
+                    "; the first, {:?}, parts at id {} of its answer (generated {:?}, trained {:?}, from {:?})",
+                    e.id, e.at, e.generated, e.trained, e.trained_text
+                )
+            });
+            return Ended::Failed {
+                error: format!(
+                    "{} of {} records ({:.1} %) train on other tokens than their model generated, \
+                     past max_drift_share {}{first}",
+                    stats.drift.differing,
+                    stats.drift.checked,
+                    share * 100.0,
+                    most
+                ),
+                state: Some(state),
+            };
+        }
+    }
     Ended::Completed {
         result: serde_json::to_string(&result).unwrap_or_default(),
         state: Some(state),

@@ -15,6 +15,7 @@ use serde_json::{json, Map, Value};
 use super::spec::{Mode, Reasoning, TokenizationSpec, TrainOn};
 use todod_format::messages::{self, Request};
 use crate::phase::model::Templates;
+use todod_format::token_ids::first_difference;
 use todod_format::tokenizer::Tokenizer;
 
 /// A usable input line.
@@ -24,6 +25,11 @@ pub struct Record {
     pub body: Body,
     /// The generation stopped at its token limit.
     pub length_finish: bool,
+    /// The ids the model generated for the answer, as its server returned
+    /// them (a generation's `token_ids`).
+    pub generated: Option<Vec<u32>>,
+    /// The prompt's ids as the server tokenized them: (count, sha256).
+    pub prompt_ids: Option<(usize, String)>,
 }
 
 #[derive(Debug, Clone)]
@@ -44,11 +50,51 @@ pub enum Outcome {
         mask: Vec<u8>,
         /// Tokens that cross the edge of a trained span.
         straddling: u32,
+        /// The answer's ids against the ids its model generated, for a
+        /// record that kept them.
+        drift: Option<Drift>,
     },
     /// Valid, but left out by the spec's rules; the reason is a stable word.
     Dropped { id: String, reason: &'static str },
     /// Could not be tokenized (the template refused it, ...).
     Refused { id: String, reason: String },
+}
+
+/// A record's trained ids against the ids its model generated.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Drift {
+    /// Where the answer's trained ids part from the generated ones, if
+    /// they do.
+    pub answer: Option<todod_proto::results::DriftExample>,
+    /// Whether the prompt, rendered and tokenized here, has the ids the
+    /// server had (by count and hash), when the record says.
+    pub prompt_same: Option<bool>,
+}
+
+/// Ids either side of a difference an example shows.
+const EXAMPLE_BEFORE: usize = 3;
+const EXAMPLE_AFTER: usize = 8;
+
+/// What differs at `at`: a few ids either side, from both, and the
+/// rendered text from the first trained id that differs.
+fn example(
+    id: &str,
+    at: usize,
+    generated: &[u32],
+    trained: &[u32],
+    trained_text: &str,
+) -> todod_proto::results::DriftExample {
+    let window = |ids: &[u32]| {
+        ids[at.saturating_sub(EXAMPLE_BEFORE).min(ids.len())..(at + EXAMPLE_AFTER).min(ids.len())]
+            .to_vec()
+    };
+    todod_proto::results::DriftExample {
+        id: id.to_string(),
+        at: at as u64,
+        generated: window(generated),
+        trained: window(trained),
+        trained_text: todod_domain::model::clip(trained_text),
+    }
 }
 
 fn text_of(value: Option<&Value>) -> Option<&str> {
@@ -168,10 +214,26 @@ pub fn parse(bytes: &[u8], number: u64, spec: &TokenizationSpec) -> Result<Recor
             "no content (with messages or prompt), messages, prompt and completion, or text".into(),
         );
     };
+    let generated = match object.get("token_ids") {
+        None | Some(Value::Null) => None,
+        Some(ids) => Some(
+            serde_json::from_value::<Vec<u32>>(ids.clone())
+                .map_err(|_| "token_ids: expected an array of token ids (0 to 4294967295)")?,
+        ),
+    };
+    let prompt_ids = match object.get("prompt_token_ids") {
+        None | Some(Value::Null) => None,
+        Some(ids) => match (ids["count"].as_u64(), ids["sha256"].as_str()) {
+            (Some(count), Some(sha256)) => Some((count as usize, sha256.to_string())),
+            _ => return Err("prompt_token_ids: expected {count, sha256}".into()),
+        },
+    };
     Ok(Record {
         id,
         body,
         length_finish,
+        generated,
+        prompt_ids,
     })
 }
 
@@ -321,10 +383,25 @@ impl Tokenizing {
                 reason: "empty",
             };
         }
+        let generated = record.generated.as_deref();
+        let mut drift = None;
         let (mut ids, mut mask, straddling) = match &record.body {
-            Body::Text(text) => match self.tokenizer.encode(text, false) {
+            Body::Text(text) => match self.tokenizer.encode(text, generated.is_some()) {
                 Ok(enc) => {
                     let n = enc.ids.len();
+                    if let Some(generated) = generated {
+                        let mut trained = enc.ids.clone();
+                        trained.extend(self.eos.filter(|_| self.spec.add_eos));
+                        let answer = first_difference(&trained, generated).map(|at| {
+                            let from = enc.offsets.get(at).map_or(text.len(), |o| o.0);
+                            let rest = String::from_utf8_lossy(&text.as_bytes()[from..]);
+                            example(&id, at, generated, &trained, &rest)
+                        });
+                        drift = Some(Drift {
+                            answer,
+                            prompt_same: None,
+                        });
+                    }
                     (enc.ids, vec![1u8; n], 0)
                 }
                 Err(e) => {
@@ -353,6 +430,16 @@ impl Tokenizing {
                     }
                 };
                 let (mask, straddling) = mask_of(&enc.offsets, &spans);
+                if let (Some(generated), Some(&answer_span)) = (generated, spans.last()) {
+                    drift = Some(self.drift(
+                        &id,
+                        &enc,
+                        &full,
+                        answer_span,
+                        generated,
+                        record.prompt_ids.as_ref(),
+                    ));
+                }
                 (enc.ids, mask, straddling)
             }
         };
@@ -375,6 +462,39 @@ impl Tokenizing {
             ids,
             mask,
             straddling,
+            drift,
+        }
+    }
+
+    /// The answer's trained ids (those that start in its span, its
+    /// end-of-turn framing included) against the ids its model generated;
+    /// and the ids before the span (the prompt and the generation prompt,
+    /// what the server tokenized) against the prompt's count and hash.
+    fn drift(
+        &self,
+        id: &str,
+        enc: &todod_format::tokenizer::Encoded,
+        full: &str,
+        (start, end): (usize, usize),
+        generated: &[u32],
+        prompt_ids: Option<&(usize, String)>,
+    ) -> Drift {
+        let first = enc.offsets.partition_point(|o| o.0 < start);
+        let last = enc.offsets.partition_point(|o| o.0 < end);
+        let trained = &enc.ids[first..last];
+        let answer = first_difference(trained, generated).map(|at| {
+            let from = enc.offsets.get(first + at).map_or(end, |o| o.0).min(end);
+            // Offsets may fall inside a character (tiktoken's).
+            let rest = String::from_utf8_lossy(&full.as_bytes()[from..end]);
+            example(id, at, generated, trained, &rest)
+        });
+        let prompt_same = prompt_ids.map(|(count, sha256)| {
+            let prompt = &enc.ids[..first];
+            prompt.len() == *count && todod_format::token_ids::sha256_of(prompt) == *sha256
+        });
+        Drift {
+            answer,
+            prompt_same,
         }
     }
 }

@@ -108,6 +108,8 @@ struct Raw {
     auto_start: Option<bool>,
     #[serde(default)]
     max_rejected_share: Option<f64>,
+    #[serde(default)]
+    max_drift_share: Option<f64>,
 }
 
 /// A checked tokenization spec.
@@ -135,6 +137,9 @@ pub struct TokenizationSpec {
     pub shards: u32,
     pub overwrite: bool,
     pub max_rejected_share: f64,
+    /// The run fails when more than this share of the records that kept
+    /// their generated ids train on other ids; none: it only counts them.
+    pub max_drift_share: Option<f64>,
 }
 
 /// The files a tokenization writes, from its prefix.
@@ -280,5 +285,9 @@ fn typed(raw: Raw) -> Result<TokenizationSpec, Error> {
             "max_rejected_share",
             raw.max_rejected_share.unwrap_or(0.01),
         )?,
+        max_drift_share: raw
+            .max_drift_share
+            .map(|share| check::share("max_drift_share", share))
+            .transpose()?,
     })
 }

@@ -1,0 +1,304 @@
+//! The ids a model generated, kept and checked (issue 48 parts 1 and 2): a
+//! generation asks the server that says it is vLLM for them and keeps them
+//! in each record (the answer's ids whole, the prompt's as count and hash),
+//! streamed or not; a tokenization compares the ids it trains on for each
+//! answer with them, counts the records that differ, shows the first
+//! differences, and fails past `max_drift_share`; a server of another kind
+//! is not asked, and `token_ids: "off"` asks nothing.
+use std::path::Path;
+
+use serde_json::{json, Value};
+use todod_e2e::fixtures::fixture;
+use todod_e2e::mock_openai::{
+    expected_content, expected_tool_calls, MockOpenAi, MockTokenIds, Settings,
+};
+use todod_e2e::mock_token_ids as ids;
+use todod_e2e::{create_phase, proto, wait_task, Client, TestDaemon};
+
+const HERMES: &str = "chat_templates/NousResearch-Hermes-3-Llama-3.1-8B-tool_use.jinja";
+
+fn lines(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+async fn run_phase(c: &mut Client, plan: &str, kind: &str, spec: &Value) -> proto::Task {
+    let id = create_phase(c, plan, kind, &spec.to_string(), &[])
+        .await
+        .unwrap_or_else(|e| panic!("create {plan}: {e}"));
+    wait_task(c, plan, &id, |t| {
+        ["completed", "failed"].contains(&t.status.as_str())
+    })
+    .await
+}
+
+fn result(task: &proto::Task) -> Value {
+    serde_json::from_str(&task.result_json).unwrap_or(Value::Null)
+}
+
+/// `n` prompts offering a tool (the Hermes tool-use template wants
+/// tools), every other one with `tool_choice: "none"`: the mock answers
+/// those with text, the others with a call.
+fn write_prompts(path: &Path, n: usize) -> Vec<Value> {
+    let tool = json!({"type": "function", "function": {"name": "search",
+        "description": "Searches the web", "parameters": {"type": "object",
+        "properties": {"query": {"type": "string"}, "call": {"type": "integer"}},
+        "required": ["query"]}}});
+    let prompts: Vec<Value> = (0..n)
+        .map(|i| {
+            let mut line = json!({"id": format!("p{i}"), "tools": [tool],
+                "messages": [{"role": "user", "content": format!("question {i} about rivers")}]});
+            if i % 2 == 0 {
+                line["tool_choice"] = json!("none");
+            }
+            line
+        })
+        .collect();
+    let text: String = prompts.iter().map(|p| format!("{p}\n")).collect();
+    std::fs::write(path, text).unwrap();
+    prompts
+}
+
+fn generation(dir: &Path, url: &str, stream: bool, name: &str) -> Value {
+    json!({"prompts": dir.join("prompts.jsonl"), "output": dir.join(format!("{name}.jsonl")),
+           "endpoints": [url], "model": "mock-model", "max_tokens": 64, "concurrency": 8,
+           "max_attempts": 3, "stream": stream})
+}
+
+fn tokenization(input: &Path, prefix: &Path) -> Value {
+    json!({"input": input, "tokenizer": fixture("smollm2"), "output_prefix": prefix,
+           "chat_template": fixture(HERMES), "mode": "conversation", "threads": 2})
+}
+
+/// What the mock's generated ids for `prompt` are, in `mode`.
+fn expected_ids(prompt: &Value, mode: MockTokenIds) -> Vec<u32> {
+    let mut body = json!({"messages": prompt["messages"], "tools": prompt["tools"]});
+    if !prompt["tool_choice"].is_null() {
+        body["tool_choice"] = prompt["tool_choice"].clone();
+    }
+    let input = prompt["messages"][0]["content"].as_str().unwrap();
+    let text = ids::generated_text(&expected_content(input), &expected_tool_calls(&body), mode);
+    ids::generated_ids(&text)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn generated_ids_are_kept_streamed_or_not_and_the_training_tokens_equal_them() {
+    let mode = MockTokenIds::Vllm;
+    let mock = MockOpenAi::start(Settings {
+        token_ids: Some(mode),
+        ..Settings::default()
+    })
+    .await;
+    let daemon = TestDaemon::start().await;
+    let mut c = daemon.client().await;
+    let dir = tempfile::tempdir().unwrap();
+    let prompts = write_prompts(&dir.path().join("prompts.jsonl"), 40);
+    for stream in [false, true] {
+        let name = if stream { "streamed" } else { "whole" };
+        let task = run_phase(
+            &mut c,
+            name,
+            "generation",
+            &generation(dir.path(), &mock.url, stream, name),
+        )
+        .await;
+        assert_eq!(task.status, "completed", "{name}: {}", task.error);
+        let kept = &result(&task)["token_ids"];
+        assert_eq!(kept["records"], 40, "{name}: {kept}");
+        assert_eq!(kept["with_prompt_ids"], 40, "{name}");
+        assert_eq!(
+            kept["endpoints"][&mock.url], "vllm: asked",
+            "{name}: {kept}"
+        );
+        let records = lines(&dir.path().join(format!("{name}.jsonl")));
+        assert_eq!(records.len(), 40);
+        for record in &records {
+            let prompt = &prompts[record["id"].as_str().unwrap()[1..]
+                .parse::<usize>()
+                .unwrap()];
+            let want = expected_ids(prompt, mode);
+            let got: Vec<u32> = serde_json::from_value(record["token_ids"].clone()).unwrap();
+            assert_eq!(
+                got, want,
+                "{name} {}: the ids the server generated",
+                record["id"]
+            );
+            let prompt_ids = ids::prompt_ids(prompt["messages"][0]["content"].as_str().unwrap());
+            assert_eq!(record["prompt_token_ids"]["count"], prompt_ids.len());
+            assert_eq!(
+                record["prompt_token_ids"]["sha256"],
+                todod_format::token_ids::sha256_of(&prompt_ids)
+            );
+        }
+        assert_eq!(
+            records
+                .iter()
+                .filter(|r| r["tool_calls"].is_array())
+                .count(),
+            20
+        );
+
+        let tokens = run_phase(
+            &mut c,
+            &format!("tok-{name}"),
+            "tokenization",
+            &tokenization(
+                &dir.path().join(format!("{name}.jsonl")),
+                &dir.path().join(format!("tok-{name}")),
+            ),
+        )
+        .await;
+        assert_eq!(
+            tokens.status,
+            "completed",
+            "{name}: {} {:?}",
+            tokens.error,
+            lines(&dir.path().join(format!("tok-{name}.rejects.jsonl"))).first()
+        );
+        let drift = &result(&tokens)["drift"];
+        assert_eq!(drift["checked"], 40, "{name}: {drift}");
+        assert_eq!(drift["differing"], 0, "{name}: {drift}");
+        assert_eq!(drift["examples"], json!([]), "{name}");
+        // The mock says the prompt's ids are those of the input text alone,
+        // not of the rendered prompt: every prompt differs, and is counted.
+        assert_eq!(drift["prompts_checked"], 40, "{name}");
+        assert_eq!(drift["prompts_differing"], 40, "{name}");
+    }
+    // Each run asked the server what it is once.
+    assert_eq!(mock.model_lists(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_planted_drift_is_counted_and_shown_and_fails_the_run_past_max_drift_share() {
+    let mode = MockTokenIds::VllmCompactArguments;
+    let mock = MockOpenAi::start(Settings {
+        token_ids: Some(mode),
+        ..Settings::default()
+    })
+    .await;
+    let daemon = TestDaemon::start().await;
+    let mut c = daemon.client().await;
+    let dir = tempfile::tempdir().unwrap();
+    let prompts = write_prompts(&dir.path().join("prompts.jsonl"), 40);
+    let task = run_phase(
+        &mut c,
+        "gen",
+        "generation",
+        &generation(dir.path(), &mock.url, false, "out"),
+    )
+    .await;
+    assert_eq!(task.status, "completed", "{}", task.error);
+    let output = dir.path().join("out.jsonl");
+
+    let tokens = run_phase(
+        &mut c,
+        "tok",
+        "tokenization",
+        &tokenization(&output, &dir.path().join("tok")),
+    )
+    .await;
+    assert_eq!(tokens.status, "completed", "{}", tokens.error);
+    let drift = &result(&tokens)["drift"];
+    // The answers with tool calls were generated as {"query":"..."}, the
+    // template writes {"query": "..."}: those 20 differ, the 20 plain
+    // answers do not.
+    assert_eq!(drift["checked"], 40, "{drift}");
+    assert_eq!(drift["differing"], 20, "{drift}");
+    let examples = drift["examples"].as_array().unwrap();
+    assert_eq!(examples.len(), 5, "a few are shown: {drift}");
+    for example in examples {
+        let id = example["id"].as_str().unwrap();
+        let prompt = &prompts[id[1..].parse::<usize>().unwrap()];
+        assert!(
+            prompt["tool_choice"].is_null(),
+            "{id} made no tool call: {example}"
+        );
+        // The generated ids part from the trained ones where the arguments'
+        // JSON begins its spacing: the trained text goes on from there.
+        let generated = expected_ids(prompt, mode);
+        let at = example["at"].as_u64().unwrap() as usize;
+        assert_eq!(
+            example["generated"][EXAMPLE_BEFORE.min(at)],
+            generated[at],
+            "{example}"
+        );
+        assert_ne!(example["generated"], example["trained"], "{example}");
+        let text = example["trained_text"].as_str().unwrap();
+        assert!(
+            text.contains(r#"": "#) || text.starts_with(' '),
+            "{example}"
+        );
+    }
+
+    let mut strict = tokenization(&output, &dir.path().join("tok-strict"));
+    strict["max_drift_share"] = json!(0.25);
+    let failed = run_phase(&mut c, "tok-strict", "tokenization", &strict).await;
+    assert_eq!(failed.status, "failed");
+    assert!(
+        failed.error.contains("20 of 40 records (50.0 %)")
+            && failed.error.contains("max_drift_share 0.25"),
+        "{}",
+        failed.error
+    );
+    let mut lenient = tokenization(&output, &dir.path().join("tok-lenient"));
+    lenient["max_drift_share"] = json!(0.5);
+    let passed = run_phase(&mut c, "tok-lenient", "tokenization", &lenient).await;
+    assert_eq!(passed.status, "completed", "{}", passed.error);
+}
+
+/// How many ids before the first difference an example shows.
+const EXAMPLE_BEFORE: usize = 3;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_of_another_kind_is_not_asked_and_off_asks_nothing() {
+    let mock = MockOpenAi::start(Settings::default()).await;
+    let daemon = TestDaemon::start().await;
+    let mut c = daemon.client().await;
+    let dir = tempfile::tempdir().unwrap();
+    write_prompts(&dir.path().join("prompts.jsonl"), 6);
+    let task = run_phase(
+        &mut c,
+        "auto",
+        "generation",
+        &generation(dir.path(), &mock.url, true, "auto"),
+    )
+    .await;
+    assert_eq!(task.status, "completed", "{}", task.error);
+    let kept = &result(&task)["token_ids"];
+    assert_eq!(kept["records"], 0, "{kept}");
+    let how = kept["endpoints"][&mock.url].as_str().unwrap();
+    assert!(
+        how.starts_with("other: not asked") && how.contains("\"mock\""),
+        "{how}"
+    );
+    assert!(lines(&dir.path().join("auto.jsonl"))
+        .iter()
+        .all(|r| r.get("token_ids").is_none()));
+    assert_eq!(mock.model_lists(), 1);
+
+    let mut off = generation(dir.path(), &mock.url, true, "off");
+    off["token_ids"] = json!("off");
+    let task = run_phase(&mut c, "off", "generation", &off).await;
+    assert_eq!(task.status, "completed", "{}", task.error);
+    assert!(
+        result(&task).get("token_ids").is_none(),
+        "{}",
+        task.result_json
+    );
+    assert_eq!(mock.model_lists(), 1, "off asks no server what it is");
+    assert!(mock
+        .bodies()
+        .iter()
+        .all(|b| b.get("return_token_ids").is_none()));
+
+    let mut bad = generation(dir.path(), &mock.url, true, "bad");
+    bad["token_ids"] = json!("always");
+    let refused = create_phase(&mut c, "bad", "generation", &bad.to_string(), &[])
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::InvalidArgument);
+    assert!(refused.message().contains("token_ids"), "{refused}");
+}

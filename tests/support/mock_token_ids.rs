@@ -1,0 +1,120 @@
+//! The token ids the mock server returns when asked (`return_token_ids`),
+//! a test fixture: the ids SmolLM2's tokenizer gives the text a model
+//! trained on the Hermes tool-use format would have generated for the
+//! mock's answer, then `<|im_end|>`, the end of turn it stops at. A plain
+//! answer is its content; a tool-call answer is each call as a
+//! `<tool_call>` block, its arguments as Python's `json.dumps` spaces them
+//! (what the Hermes template writes with `tojson`), or, for a planted
+//! drift, without spaces. The prompt's ids are those of the input text
+//! alone, not of a rendered prompt: a check of prompt ids finds them all
+//! different, which is what a test of that check wants.
+use std::sync::{Arc, OnceLock};
+
+use serde_json::Value;
+use todod_format::tokenizer::Tokenizer;
+
+/// How the mock answers a request for token ids.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MockTokenIds {
+    /// vLLM's shape (0.10.2 and later): `/v1/models` says
+    /// `owned_by: "vllm"`; the prompt's ids beside the choices (a stream's
+    /// first chunk), each choice's `token_ids` (a stream chunk's own).
+    Vllm,
+    /// vLLM's shape, the tool calls' arguments generated as `{"a":1}`
+    /// while the template writes `{"a": 1}`: every tool-call record
+    /// drifts.
+    VllmCompactArguments,
+}
+
+/// SmolLM2's tokenizer (the repository's fixture), loaded once.
+pub fn smollm2() -> &'static Arc<dyn Tokenizer> {
+    static TOKENIZER: OnceLock<Arc<dyn Tokenizer>> = OnceLock::new();
+    TOKENIZER.get_or_init(|| {
+        todod_format::tokenizer::load_dir(&crate::fixtures::fixture("smollm2"))
+            .expect("the smollm2 fixture loads")
+            .tokenizer
+    })
+}
+
+/// The arguments' JSON text as Python's `json.dumps` writes it (`", "`,
+/// `": "`), or compact.
+fn arguments_text(arguments: &str, compact: bool) -> String {
+    let value: Value = serde_json::from_str(arguments).expect("the mock's arguments are JSON");
+    if compact {
+        return value.to_string();
+    }
+    fn spaced(value: &Value, out: &mut String) {
+        match value {
+            Value::Object(map) => {
+                out.push('{');
+                for (i, (key, item)) in map.iter().enumerate() {
+                    if i > 0 {
+                        out.push_str(", ");
+                    }
+                    out.push_str(&Value::String(key.clone()).to_string());
+                    out.push_str(": ");
+                    spaced(item, out);
+                }
+                out.push('}');
+            }
+            Value::Array(items) => {
+                out.push('[');
+                for (i, item) in items.iter().enumerate() {
+                    if i > 0 {
+                        out.push_str(", ");
+                    }
+                    spaced(item, out);
+                }
+                out.push(']');
+            }
+            other => out.push_str(&other.to_string()),
+        }
+    }
+    let mut out = String::new();
+    spaced(&value, &mut out);
+    out
+}
+
+/// The text a Hermes-format model generates for `content` or `calls`.
+pub fn generated_text(content: &str, calls: &[Value], mode: MockTokenIds) -> String {
+    if calls.is_empty() {
+        return content.to_string();
+    }
+    let compact = mode == MockTokenIds::VllmCompactArguments;
+    calls
+        .iter()
+        .map(|call| {
+            let function = &call["function"];
+            format!(
+                "<tool_call>\n{{\"name\": \"{}\", \"arguments\": {}}}\n</tool_call>",
+                function["name"].as_str().unwrap_or_default(),
+                arguments_text(function["arguments"].as_str().unwrap_or("{}"), compact)
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The ids of `text`, then the end of turn.
+pub fn generated_ids(text: &str) -> Vec<u32> {
+    let tokenizer = smollm2();
+    let mut ids = tokenizer.encode(text, false).expect("encodes").ids;
+    ids.push(
+        tokenizer
+            .token_id("<|im_end|>")
+            .expect("SmolLM2 has <|im_end|>"),
+    );
+    ids
+}
+
+/// The ids the mock says the prompt had: the input text's.
+pub fn prompt_ids(input: &str) -> Vec<u32> {
+    smollm2().encode(input, false).expect("encodes").ids
+}
+
+/// `/v1/models` as vLLM answers it.
+pub fn models_body(model: &str) -> String {
+    serde_json::json!({"object": "list", "data": [{"id": model, "object": "model",
+        "created": 0, "owned_by": "vllm", "root": model, "parent": null, "max_model_len": 8192}]})
+    .to_string()
+}
