@@ -14,12 +14,7 @@ use super::retry::{unit_random, Backoff, Failure};
 use super::sse::{SseParser, SsePayload};
 use super::token_ids::ServerKind;
 
-/// Which API a request uses.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Api {
-    Chat,
-    Completions,
-}
+pub use super::api::Api;
 
 /// What to send: the input, and everything else passed through as is
 /// (sampling parameters, `max_tokens`, `chat_template_kwargs`, ...).
@@ -347,8 +342,9 @@ impl InferenceClient {
     /// run's key and connect timeout, within `limit`): which way it is asked
     /// for token ids. A server that cannot be asked is `Other`, with why.
     pub async fn server_kinds(&self, limit: Duration) -> Vec<(String, ServerKind)> {
-        let mut kinds = Vec::new();
-        for url in self.endpoints.urls() {
+        // All at once: a server that does not answer costs the run's start
+        // `limit` once, not once per endpoint.
+        let asks = self.endpoints.urls().map(|url| async move {
             let mut get = self
                 .http
                 .get(super::token_ids::models_url(url))
@@ -368,9 +364,9 @@ impl InferenceClient {
                 }
                 Err(e) => ServerKind::Other(format!("/v1/models: {e}")),
             };
-            kinds.push((url.to_string(), kind));
-        }
-        kinds
+            (url.to_string(), kind)
+        });
+        futures::future::join_all(asks).await
     }
 
     /// Sends `request`, retrying as `Limits::backoff` allows, on whichever

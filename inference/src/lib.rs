@@ -1,5 +1,6 @@
 //! Talking to OpenAI-compatible inference servers: the client the phase
 //! workers use. `retry` and `sse` are plain logic; `client` does the HTTP.
+mod api;
 mod api_key;
 pub mod client;
 pub mod endpoints;

@@ -18,7 +18,7 @@
 //! refuses a field it does not know.
 use serde_json::{json, Map, Value};
 
-use super::client::Api;
+use super::api::Api;
 
 /// What a server says it is.
 #[derive(Debug, Clone, PartialEq, Eq)]

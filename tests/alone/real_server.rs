@@ -142,6 +142,7 @@ async fn the_example_pipeline_runs_on_llama_server_with_a_kill_in_each_phase() {
             )
         })
         .collect();
+    the_generated_ids_were_kept_and_checked(&out, &server.url, &generation, &tokenized);
     let tokenizer = todod_format::tokenizer::load_dir(&fixture("smollm2")).unwrap();
     for (id, sequence) in order.iter().zip(&index.sequences) {
         let content = text[id].as_str();
@@ -154,4 +155,73 @@ async fn the_example_pipeline_runs_on_llama_server_with_a_kill_in_each_phase() {
             "{id}: the completion's tokens are not in its sequence"
         );
     }
+}
+
+/// The generation asked llama.cpp's server for the ids it generated (its
+/// log probabilities' ids) and every record kept them; the tokenization's
+/// drift count is what the test finds itself in the Parquet file trainers
+/// read: a record differs when the ids trained on (labels other than -100:
+/// the answer and its end of turn) do not begin with the generated ids.
+/// The differences are printed decoded, both sides, with the model's own
+/// tokenizer.
+fn the_generated_ids_were_kept_and_checked(
+    out: &Path,
+    url: &str,
+    generation: &Value,
+    tokenized: &Value,
+) {
+    let records: Vec<Value> = std::fs::read_to_string(out.join("completions.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let kept = &generation["token_ids"];
+    assert_eq!(kept["records"], records.len() as u64, "{kept}");
+    assert_eq!(kept["endpoints"][url], "llamacpp: asked", "{kept}");
+    let generated: BTreeMap<String, Vec<u32>> = records
+        .iter()
+        .map(|r| {
+            let ids: Vec<u32> = serde_json::from_value(r["token_ids"].clone())
+                .unwrap_or_else(|_| panic!("{}: no token_ids", r["id"]));
+            assert!(!ids.is_empty(), "{}: no ids", r["id"]);
+            (r["id"].as_str().unwrap().to_string(), ids)
+        })
+        .collect();
+    let decoder = tokenizers::Tokenizer::from_file(fixture("smollm2/tokenizer.json")).unwrap();
+    let decode = |ids: &[u32]| decoder.decode(ids, false).unwrap();
+    let rows = todod_e2e::parquet_rows::read_parquet(&out.join("train.parquet"));
+    let mut differing = Vec::new();
+    for (id, input_ids, _, labels) in &rows {
+        let trained: Vec<u32> = input_ids
+            .iter()
+            .zip(labels)
+            .filter(|(_, &label)| label != -100)
+            .map(|(&t, _)| t as u32)
+            .collect();
+        let ids = &generated[id];
+        if !trained.starts_with(ids) {
+            differing.push(format!(
+                "{id}: generated {:?}, trained {:?}",
+                decode(ids),
+                decode(&trained)
+            ));
+        }
+    }
+    let drift = &tokenized["drift"];
+    eprintln!(
+        "real_server: {} of {} records train on other tokens than llama-server generated{}",
+        differing.len(),
+        rows.len(),
+        differing
+            .iter()
+            .take(3)
+            .map(|d| format!("\n  {d}"))
+            .collect::<String>()
+    );
+    assert_eq!(drift["checked"], rows.len() as u64, "{drift}");
+    assert_eq!(
+        drift["differing"],
+        differing.len() as u64,
+        "the tokenization's count against the test's own: {drift}\n{differing:#?}"
+    );
 }

@@ -8,7 +8,8 @@
 //! drift, without spaces. The prompt's ids are those of the input text
 //! alone, not of a rendered prompt: a check of prompt ids finds them all
 //! different, which is what a test of that check wants.
-use std::sync::{Arc, OnceLock};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
 
 use serde_json::Value;
 use todod_format::tokenizer::Tokenizer;
@@ -109,7 +110,14 @@ pub fn generated_ids(text: &str) -> Vec<u32> {
 
 /// The ids the mock says the prompt had: the input text's.
 pub fn prompt_ids(input: &str) -> Vec<u32> {
-    smollm2().encode(input, false).expect("encodes").ids
+    static MADE: OnceLock<Mutex<HashMap<String, Vec<u32>>>> = OnceLock::new();
+    let made = MADE.get_or_init(Default::default);
+    if let Some(ids) = made.lock().unwrap().get(input) {
+        return ids.clone();
+    }
+    let ids = smollm2().encode(input, false).expect("encodes").ids;
+    made.lock().unwrap().insert(input.to_string(), ids.clone());
+    ids
 }
 
 /// `/v1/models` as vLLM answers it.
