@@ -523,6 +523,10 @@ pub struct TokenizationResult {
     /// when records kept them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drift: Option<TokenDrift>,
+    /// With `answer_ids: "generated"`: the answers whose ids are the ids
+    /// their model generated (the others were rendered).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answers_from_generated_ids: Option<u64>,
 }
 
 /// The training tokens of generated answers against the ids their model

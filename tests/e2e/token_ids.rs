@@ -5,7 +5,7 @@
 //! answer with them, counts the records that differ, shows the first
 //! differences, and fails past `max_drift_share`; a server of another kind
 //! is not asked, and `token_ids: "off"` asks nothing.
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};
 use todod_e2e::fixtures::fixture;
@@ -243,10 +243,87 @@ async fn a_planted_drift_is_counted_and_shown_and_fails_the_run_past_max_drift_s
         "{}",
         failed.error
     );
+    // Training on the generated ids: every answer's trained ids are the
+    // ids the model generated, then the template's newline after its end
+    // of turn; the prompt's ids are the rendered ones, as before.
+    let rendered_rows = parquet_of(&mut c, &output, dir.path(), "rendered", "rendered").await;
+    let generated_rows = parquet_of(&mut c, &output, dir.path(), "generated", "generated").await;
+    let newline = ids::smollm2().encode("\n", false).unwrap().ids;
+    for (rendered, generated) in rendered_rows.iter().zip(&generated_rows) {
+        let id = &rendered.0;
+        assert_eq!(id, &generated.0);
+        let prompt = &prompts[id[1..].parse::<usize>().unwrap()];
+        let mut want = expected_ids(prompt, mode);
+        want.extend(&newline);
+        assert_eq!(trained(generated), want, "{id}");
+        let untrained = |row: &todod_e2e::parquet_rows::Row| -> Vec<i32> {
+            row.1
+                .iter()
+                .zip(&row.3)
+                .filter(|(_, &l)| l == -100)
+                .map(|(&t, _)| t)
+                .collect()
+        };
+        assert_eq!(
+            untrained(rendered),
+            untrained(generated),
+            "{id}: the prompt is rendered"
+        );
+        if prompt["tool_choice"].is_null() {
+            assert_ne!(trained(rendered), want, "{id}: a planted drift");
+        } else {
+            assert_eq!(trained(rendered), want, "{id}: no drift");
+        }
+    }
+
     let mut lenient = tokenization(&output, &dir.path().join("tok-lenient"));
     lenient["max_drift_share"] = json!(0.5);
     let passed = run_phase(&mut c, "tok-lenient", "tokenization", &lenient).await;
     assert_eq!(passed.status, "completed", "{}", passed.error);
+}
+
+/// The Parquet rows of a tokenization of `input` with `answer_ids`.
+async fn parquet_of(
+    c: &mut Client,
+    input: &Path,
+    dir: &Path,
+    name: &str,
+    answer_ids: &str,
+) -> Vec<todod_e2e::parquet_rows::Row> {
+    let prefix = dir.join(format!("tok-{name}"));
+    let mut spec = tokenization(input, &prefix);
+    spec["answer_ids"] = json!(answer_ids);
+    spec["formats"] = json!(["megatron", "parquet"]);
+    let task = run_phase(c, &format!("tok-{name}"), "tokenization", &spec).await;
+    assert_eq!(task.status, "completed", "{name}: {}", task.error);
+    let from_generated = &result(&task)["answers_from_generated_ids"];
+    let manifest: Value = serde_json::from_str(
+        &std::fs::read_to_string(format!("{}.manifest.json", prefix.display())).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(manifest["answer_ids"], answer_ids);
+    if answer_ids == "generated" {
+        assert_eq!(from_generated, 40, "{}", task.result_json);
+        assert_eq!(manifest["answers_from_generated_ids"], 40);
+    } else {
+        assert!(from_generated.is_null(), "{}", task.result_json);
+    }
+    let mut rows = todod_e2e::parquet_rows::read_parquet(&PathBuf::from(format!(
+        "{}.parquet",
+        prefix.display()
+    )));
+    rows.sort_by(|a, b| a.0.cmp(&b.0));
+    rows
+}
+
+/// The ids a row trains on (labels other than -100).
+fn trained(row: &todod_e2e::parquet_rows::Row) -> Vec<u32> {
+    row.1
+        .iter()
+        .zip(&row.3)
+        .filter(|(_, &label)| label != -100)
+        .map(|(&t, _)| t as u32)
+        .collect()
 }
 
 /// How many ids before the first difference an example shows.

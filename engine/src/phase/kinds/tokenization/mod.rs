@@ -64,6 +64,9 @@ pub struct Stats {
     /// The answers' trained ids against the ids their model generated.
     #[serde(default)]
     pub drift: todod_proto::results::TokenDrift,
+    /// Answers whose ids are the ids their model generated.
+    #[serde(default)]
+    pub answers_from_generated_ids: u64,
 }
 
 /// How many differences a result shows.
@@ -102,6 +105,7 @@ impl crate::phase::shards::Counters for Stats {
         }
         self.max_length = self.max_length.max(other.max_length);
         add_drift(&mut self.drift, &other.drift);
+        self.answers_from_generated_ids += other.answers_from_generated_ids;
     }
 }
 
@@ -147,7 +151,9 @@ impl RecordPhase for Tokenization {
                 mask,
                 straddling,
                 drift,
+                from_generated,
             } => {
+                stats.answers_from_generated_ids += u64::from(from_generated);
                 if let Some(drift) = drift {
                     let counted = &mut stats.drift;
                     counted.checked += 1;
@@ -360,6 +366,10 @@ fn finish(
         "chat_template_sha256": setup.template,
         "mode": spec.mode,
         "train_on": if spec.mode == spec::Mode::Conversation { json!(spec.train_on) } else { Value::Null },
+        // Which ids the files hold for a generated answer: the rendered
+        // answer's, or (for these many records) the ids its model generated.
+        "answer_ids": spec.answer_ids,
+        "answers_from_generated_ids": stats.answers_from_generated_ids,
         "dtype": dtype.name(),
         "records": stats.records,
         "tokens": stats.tokens,
@@ -438,6 +448,8 @@ fn verdict(spec: &TokenizationSpec, mut state: PhaseState, manifest: Option<Valu
         shards: (spec.shards > 1).then_some(spec.shards),
         parts: (spec.shards > 1).then(|| paths.parts.display().to_string()),
         drift: (stats.drift.checked > 0).then(|| stats.drift.clone()),
+        answers_from_generated_ids: (spec.answer_ids == spec::AnswerIds::Generated)
+            .then_some(stats.answers_from_generated_ids),
     };
     if let (Some(most), Some(share)) = (spec.max_drift_share, stats.drift.share()) {
         if share > most {

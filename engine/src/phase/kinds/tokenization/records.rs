@@ -12,7 +12,7 @@
 //! user turns never are.
 use serde_json::{json, Map, Value};
 
-use super::spec::{Mode, Reasoning, TokenizationSpec, TrainOn};
+use super::spec::{AnswerIds, Mode, Reasoning, TokenizationSpec, TrainOn};
 use todod_format::messages::{self, Request};
 use crate::phase::model::Templates;
 use todod_format::token_ids::first_difference;
@@ -53,12 +53,19 @@ pub enum Outcome {
         /// The answer's ids against the ids its model generated, for a
         /// record that kept them.
         drift: Option<Drift>,
+        /// The answer's ids are the ids its model generated
+        /// (`answer_ids: "generated"`).
+        from_generated: bool,
     },
     /// Valid, but left out by the spec's rules; the reason is a stable word.
     Dropped { id: String, reason: &'static str },
     /// Could not be tokenized (the template refused it, ...).
     Refused { id: String, reason: String },
 }
+
+/// The text of a turn the template is asked to render around, to find
+/// where the turn is in the rendering.
+const SENTINEL: &str = "\u{1}todod-turn\u{1}";
 
 /// A record's trained ids against the ids its model generated.
 #[derive(Debug, Clone, PartialEq)]
@@ -335,7 +342,6 @@ impl Tokenizing {
         full: &str,
         i: usize,
     ) -> Option<(usize, usize)> {
-        const SENTINEL: &str = "\u{1}todod-turn\u{1}";
         let bare = json!({"role": "assistant", "content": SENTINEL});
         let mut replaced = turns.to_vec();
         replaced[i] = bare.clone();
@@ -349,14 +355,21 @@ impl Tokenizing {
         if start > end || other.get(start..other_end) != Some(SENTINEL) {
             return None;
         }
-        let mut last = turns[..i].to_vec();
-        last.push(bare);
-        let alone = self.render(&last, request, false).ok()?;
-        let end_of_turn = &alone[alone.rfind(SENTINEL)? + SENTINEL.len()..];
-        if !full.is_char_boundary(start) || !full[end..].starts_with(end_of_turn) {
+        let end_of_turn = self.end_of_turn(&turns[..i], request)?;
+        if !full.is_char_boundary(start) || !full[end..].starts_with(&end_of_turn) {
             return None;
         }
         Some((start, end + end_of_turn.len()))
+    }
+
+    /// What the template writes after the text of a last assistant turn
+    /// that follows `before` (`<|im_end|>\n`): the turn is a bare sentinel,
+    /// and what follows the sentinel is the end of turn.
+    fn end_of_turn(&self, before: &[Value], request: &Request) -> Option<String> {
+        let mut last = before.to_vec();
+        last.push(json!({"role": "assistant", "content": SENTINEL}));
+        let alone = self.render(&last, request, false).ok()?;
+        Some(alone[alone.rfind(SENTINEL)? + SENTINEL.len()..].to_string())
     }
 
     /// Tokenizes one record.
@@ -385,6 +398,7 @@ impl Tokenizing {
         }
         let generated = record.generated.as_deref();
         let mut drift = None;
+        let mut from_generated = false;
         let (mut ids, mut mask, straddling) = match &record.body {
             Body::Text(text) => match self.tokenizer.encode(text, generated.is_some()) {
                 Ok(enc) => {
@@ -402,7 +416,13 @@ impl Tokenizing {
                             prompt_same: None,
                         });
                     }
-                    (enc.ids, vec![1u8; n], 0)
+                    match generated.filter(|_| self.spec.answer_ids == AnswerIds::Generated) {
+                        Some(generated) => {
+                            from_generated = true;
+                            (generated.to_vec(), vec![1u8; generated.len()], 0)
+                        }
+                        None => (enc.ids, vec![1u8; n], 0),
+                    }
                 }
                 Err(e) => {
                     return Outcome::Refused {
@@ -440,11 +460,48 @@ impl Tokenizing {
                         record.prompt_ids.as_ref(),
                     ));
                 }
-                (enc.ids, mask, straddling)
+                match generated.filter(|_| self.spec.answer_ids == AnswerIds::Generated) {
+                    Some(generated) => {
+                        let answer_span = *spans.last().expect("a span per trained turn");
+                        let last_answer = turns.len() - 1;
+                        let Some(end_of_turn) = self.end_of_turn(&turns[..last_answer], request)
+                        else {
+                            return Outcome::Refused {
+                                id,
+                                reason: "answer_ids generated: the template's end of turn \
+                                         cannot be told apart"
+                                    .into(),
+                            };
+                        };
+                        let framing = match self.tokenizer.encode(&end_of_turn, false) {
+                            Ok(framing) => framing.ids,
+                            Err(e) => {
+                                return Outcome::Refused {
+                                    id,
+                                    reason: e.to_string(),
+                                }
+                            }
+                        };
+                        from_generated = true;
+                        let (ids, mask) = with_generated_answer(
+                            &enc,
+                            mask,
+                            answer_span,
+                            generated,
+                            &framing,
+                        );
+                        (ids, mask, straddling)
+                    }
+                    None => (enc.ids, mask, straddling),
+                }
             }
         };
         if self.spec.add_eos {
-            if let Some(eos) = self.eos {
+            // Generated ids end with the EOS the model stopped at, when it did.
+            let generated_it = from_generated
+                && matches!(record.body, Body::Text(_))
+                && ids.last() == self.eos.as_ref();
+            if let Some(eos) = self.eos.filter(|_| !generated_it) {
                 ids.push(eos);
                 mask.push(1);
             }
@@ -463,6 +520,7 @@ impl Tokenizing {
             mask,
             straddling,
             drift,
+            from_generated,
         }
     }
 
@@ -497,6 +555,37 @@ impl Tokenizing {
             prompt_same,
         }
     }
+}
+
+/// The ids of a rendered conversation (`enc`, its loss `mask`) with the
+/// answer's (the tokens that start in `span`) replaced by the ids the model
+/// `generated` and the template's end of turn (`framing`) after them, all
+/// trained on; the end of turn's first id is left out when the model
+/// generated it (it stopped at it).
+fn with_generated_answer(
+    enc: &todod_format::tokenizer::Encoded,
+    mask: Vec<u8>,
+    (start, end): (usize, usize),
+    generated: &[u32],
+    framing: &[u32],
+) -> (Vec<u32>, Vec<u8>) {
+    let first = enc.offsets.partition_point(|o| o.0 < start);
+    let last = enc.offsets.partition_point(|o| o.0 < end);
+    let framing = match (generated.last(), framing.first()) {
+        (Some(a), Some(b)) if a == b => &framing[1..],
+        _ => framing,
+    };
+    let answer = generated.len() + framing.len();
+    let mut ids = Vec::with_capacity(first + answer + enc.ids.len() - last);
+    ids.extend_from_slice(&enc.ids[..first]);
+    ids.extend_from_slice(generated);
+    ids.extend_from_slice(framing);
+    ids.extend_from_slice(&enc.ids[last..]);
+    let mut trained = Vec::with_capacity(ids.len());
+    trained.extend_from_slice(&mask[..first]);
+    trained.resize(first + answer, 1);
+    trained.extend_from_slice(&mask[last..]);
+    (ids, trained)
 }
 
 /// How many leading items two sequences share.
@@ -584,6 +673,47 @@ mod tests {
             let err = parse(line.to_string().as_bytes(), 1, &conversation).unwrap_err();
             assert!(err.contains(words), "{line}: {err}");
         }
+    }
+
+    #[test]
+    fn a_records_generated_ids_are_read_and_bad_ones_refused() {
+        let conversation = spec("conversation");
+        let line = json!({"id": "r", "messages": [{"role": "user", "content": "q"}],
+            "content": "a", "token_ids": [7, 2], "prompt_token_ids": {"count": 3, "sha256": "ab"}});
+        let read = parse(line.to_string().as_bytes(), 1, &conversation).unwrap();
+        assert_eq!(read.generated, Some(vec![7, 2]));
+        assert_eq!(read.prompt_ids, Some((3, "ab".to_string())));
+        for (bad, words) in [
+            (json!({"token_ids": [1, -1]}), "token_ids: expected an array"),
+            (json!({"token_ids": "7 2"}), "token_ids: expected an array"),
+            (json!({"prompt_token_ids": [1, 2]}), "prompt_token_ids: expected {count, sha256}"),
+        ] {
+            let mut line = line.clone();
+            for (k, v) in bad.as_object().unwrap() {
+                line[k] = v.clone();
+            }
+            let err = parse(line.to_string().as_bytes(), 1, &conversation).unwrap_err();
+            assert!(err.contains(words), "{line}: {err}");
+        }
+    }
+
+    #[test]
+    fn a_generated_answer_replaces_the_rendered_one_with_the_end_of_turn_after_it() {
+        // "<p>" "q" | "a" "b" "<e>" "\n" : the answer's span is bytes 4..10.
+        let enc = todod_format::tokenizer::Encoded {
+            ids: vec![10, 11, 20, 21, 2, 3],
+            offsets: vec![(0, 3), (3, 4), (4, 5), (5, 6), (6, 9), (9, 10)],
+        };
+        let mask = vec![0, 0, 1, 1, 1, 1];
+        // The model stopped at the end of turn (2): the framing's own 2 is
+        // not written twice.
+        let (ids, trained) = with_generated_answer(&enc, mask.clone(), (4, 10), &[20, 22, 23, 2], &[2, 3]);
+        assert_eq!(ids, vec![10, 11, 20, 22, 23, 2, 3]);
+        assert_eq!(trained, vec![0, 0, 1, 1, 1, 1, 1]);
+        // Cut at its token limit: the whole end of turn follows.
+        let (ids, trained) = with_generated_answer(&enc, mask, (4, 10), &[20, 22], &[2, 3]);
+        assert_eq!(ids, vec![10, 11, 20, 22, 2, 3]);
+        assert_eq!(trained, vec![0, 0, 1, 1, 1, 1]);
     }
 
     #[test]

@@ -28,6 +28,7 @@ pub const OUTPUT_FIELDS: &[&str] = &[
     "drop_over_length",
     "tool_arguments",
     "shards",
+    "answer_ids",
 ];
 
 /// What a record is tokenized as.
@@ -47,6 +48,19 @@ pub enum Mode {
 pub enum TrainOn {
     Last,
     All,
+}
+
+/// Where the ids of a generated answer come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AnswerIds {
+    /// The answer rendered with the template and tokenized, as a trainer
+    /// that re-renders conversations does.
+    Rendered,
+    /// The ids the model generated, where the record kept them
+    /// (`token_ids`), with the template's end of turn after them; the
+    /// prompt is still rendered. Records without them are rendered.
+    Generated,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -110,6 +124,8 @@ struct Raw {
     max_rejected_share: Option<f64>,
     #[serde(default)]
     max_drift_share: Option<f64>,
+    #[serde(default)]
+    answer_ids: Option<AnswerIds>,
 }
 
 /// A checked tokenization spec.
@@ -137,6 +153,8 @@ pub struct TokenizationSpec {
     pub shards: u32,
     pub overwrite: bool,
     pub max_rejected_share: f64,
+    /// Where a generated answer's ids come from.
+    pub answer_ids: AnswerIds,
     /// The run fails when more than this share of the records that kept
     /// their generated ids train on other ids; none: it only counts them.
     pub max_drift_share: Option<f64>,
@@ -285,6 +303,7 @@ fn typed(raw: Raw) -> Result<TokenizationSpec, Error> {
             "max_rejected_share",
             raw.max_rejected_share.unwrap_or(0.01),
         )?,
+        answer_ids: raw.answer_ids.unwrap_or(AnswerIds::Rendered),
         max_drift_share: raw
             .max_drift_share
             .map(|share| check::share("max_drift_share", share))
