@@ -6,11 +6,14 @@
 //! vLLM's shape, with `token_ids: "off"` and `"auto"` (asked, kept) in
 //! alternating rounds, non-streamed and streamed, and tokenizes each
 //! output (the drift check runs on the records that kept ids). It prints
-//! the medians: records/s of each, their ratio, and the bytes a record
-//! takes with and without the ids. The answers are 100 to 300 tokens
-//! (`TODOD_BENCH_RECORDS` prompts a round, 4,000 by default); the mock
-//! makes each answer's ids once, before the rounds, so its own tokenizing
-//! is not what is measured.
+//! the medians: the daemon's CPU per record (from /proc: what keeping the
+//! ids costs the daemon, whatever the mock's own speed), records/s of
+//! each, and the bytes a record takes with and without the ids. The
+//! answers are 100 to 300 tokens (`TODOD_BENCH_RECORDS` prompts a round,
+//! 4,000 by default); the mock makes each answer's ids once, before the
+//! rounds, so its own tokenizing is not what is measured, but it still
+//! sends them, in the same process as this bench: on two cores its records/s
+//! are the mock's as much as the daemon's.
 use std::io::Write;
 use std::path::Path;
 use std::time::Instant;
@@ -37,6 +40,8 @@ fn median(mut values: Vec<f64>) -> f64 {
 }
 
 struct Round {
+    /// The daemon's CPU per generated record, microseconds.
+    generation_cpu_us: f64,
     generation_rate: f64,
     tokenization_rate: f64,
     bytes_per_record: f64,
@@ -57,7 +62,8 @@ async fn round(
     let spec = json!({"prompts": dir.join("prompts.jsonl"), "output": output,
         "endpoints": [url], "model": "mock-model", "max_tokens": 512, "concurrency": 64,
         "stream": stream, "token_ids": token_ids});
-    let started = Instant::now();
+    let cpu = || todod_telemetry::process::of::cpu_seconds(daemon.child.id()).unwrap_or(0.0);
+    let (started, cpu_before) = (Instant::now(), cpu());
     let id = create_phase(&mut c, &plan, "generation", &spec.to_string(), &[])
         .await
         .unwrap();
@@ -67,6 +73,7 @@ async fn round(
     .await;
     assert_eq!(task.status, "completed", "{}", task.error);
     let generation_rate = n as f64 / started.elapsed().as_secs_f64();
+    let generation_cpu_us = (cpu() - cpu_before) * 1e6 / n as f64;
     let bytes_per_record = std::fs::metadata(&output).unwrap().len() as f64 / n as f64;
 
     let tok_plan = format!("tok-{plan}");
@@ -88,6 +95,7 @@ async fn round(
         assert_eq!(result["drift"]["checked"], n as u64, "{result}");
     }
     Round {
+        generation_cpu_us,
         generation_rate,
         tokenization_rate,
         bytes_per_record,
@@ -115,7 +123,7 @@ async fn main() {
     // The mock makes each answer's ids once: a warm-up round asks for all.
     round(&daemon, dir.path(), &mock.url, n, "auto", false, 0).await;
 
-    println!("| mode | records/s off | records/s kept | ratio | tokenization records/s off / kept | bytes/record off / kept |");
+    println!("| mode | daemon CPU per record off / kept | ratio | records/s off / kept | tokenization records/s off / kept | bytes/record off / kept |");
     println!("|---|---|---|---|---|---|");
     for stream in [false, true] {
         let (mut off, mut kept) = (Vec::new(), Vec::new());
@@ -124,14 +132,17 @@ async fn main() {
             kept.push(round(&daemon, dir.path(), &mock.url, n, "auto", stream, k).await);
         }
         let rate = |rs: &[Round]| median(rs.iter().map(|r| r.generation_rate).collect());
+        let cpu = |rs: &[Round]| median(rs.iter().map(|r| r.generation_cpu_us).collect());
         let tok = |rs: &[Round]| median(rs.iter().map(|r| r.tokenization_rate).collect());
         let bytes = |rs: &[Round]| median(rs.iter().map(|r| r.bytes_per_record).collect());
         println!(
-            "| {} | {:.0} | {:.0} | **{:.2}** | {:.0} / {:.0} | {:.0} / {:.0} |",
+            "| {} | {:.0} / {:.0} us | **{:.2}** | {:.0} / {:.0} | {:.0} / {:.0} | {:.0} / {:.0} |",
             if stream { "streamed" } else { "not streamed" },
+            cpu(&off),
+            cpu(&kept),
+            cpu(&kept) / cpu(&off),
             rate(&off),
             rate(&kept),
-            rate(&kept) / rate(&off),
             tok(&off),
             tok(&kept),
             bytes(&off),

@@ -96,15 +96,19 @@ pub fn generated_text(content: &str, calls: &[Value], mode: MockTokenIds) -> Str
         .join("\n")
 }
 
-/// The ids of `text`, then the end of turn.
+/// The ids of `text`, then the end of turn. Kept once made: the mock's
+/// own tokenizing is then not what a benchmark of a run's cost measures.
 pub fn generated_ids(text: &str) -> Vec<u32> {
+    static MADE: OnceLock<Mutex<HashMap<String, Vec<u32>>>> = OnceLock::new();
+    let made = MADE.get_or_init(Default::default);
+    if let Some(ids) = made.lock().unwrap().get(text) {
+        return ids.clone();
+    }
     let tokenizer = smollm2();
     let mut ids = tokenizer.encode(text, false).expect("encodes").ids;
-    ids.push(
-        tokenizer
-            .token_id("<|im_end|>")
-            .expect("SmolLM2 has <|im_end|>"),
-    );
+    let end = tokenizer.token_id("<|im_end|>");
+    ids.push(end.expect("SmolLM2 has <|im_end|>"));
+    made.lock().unwrap().insert(text.to_string(), ids.clone());
     ids
 }
 

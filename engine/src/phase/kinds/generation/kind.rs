@@ -132,6 +132,12 @@ fn properties() -> Value {
     json!({
         "max_tokens": {"type": "integer", "minimum": 1},
         "shards": crate::phase::plan_step::shards_property("the prompts"),
+        "token_ids": {
+            "description": "Ask the servers for the ids they generate and keep them in each \
+                            record: \"auto\" (vLLM, SGLang and llama.cpp's server, each its own \
+                            way, as /v1/models says what it is), \"on\" (any server), \"off\".",
+            "enum": ["auto", "on", "off"],
+        },
     })
 }
 

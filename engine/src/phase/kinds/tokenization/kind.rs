@@ -34,7 +34,7 @@ impl PhaseKind for Tokenization {
         derived_fields: &["input", "tokenizer", "output_prefix"],
         describe: "Options of the tokenization phase (mode, formats, train_on, add_eos, \
                    max_length, threads, ...). input, tokenizer and output_prefix are derived.",
-        properties: || plan_step::shards_only("the completions"),
+        properties,
         check: plan_step::no_check,
         derive,
     });
@@ -129,4 +129,23 @@ fn derive(p: &PlanFile, flow: &mut Flow) -> Derived {
             ("output_prefix", "output_dir"),
         ],
     }
+}
+
+/// The section's fields the schema describes (the others are the spec's).
+fn properties() -> serde_json::Value {
+    serde_json::json!({
+        "shards": plan_step::shards_property("the completions"),
+        "answer_ids": {
+            "description": "Where a generated answer's ids come from: \"rendered\" (the \
+                            answer rendered with the template and tokenized) or \"generated\" \
+                            (the ids the model generated, kept by the generation, with the \
+                            template's end of turn after them).",
+            "enum": ["rendered", "generated"],
+        },
+        "max_drift_share": {
+            "description": "Fail when more than this share of the records that kept their \
+                            generated ids train on other ids for their answer.",
+            "type": "number", "minimum": 0, "maximum": 1,
+        },
+    })
 }
