@@ -333,6 +333,40 @@ fn tokenization(v: &TokenizationResult) -> String {
             dropped.join(", ")
         }
     );
+    if let Some(drift) = &v.drift {
+        let _ = writeln!(
+            out,
+            "  drift       {} of {} records train on other ids than their model generated{}",
+            drift.differing,
+            drift.checked,
+            if drift.prompts_checked > 0 {
+                format!(
+                    "; {} of {} prompts are tokenized otherwise than the server did",
+                    drift.prompts_differing, drift.prompts_checked
+                )
+            } else {
+                String::new()
+            }
+        );
+        for e in &drift.examples {
+            let _ = writeln!(
+                out,
+                "              {} parts at id {}: generated {:?}, trained {:?}, from {:?}",
+                escape(&e.id),
+                e.at,
+                e.generated,
+                e.trained,
+                escape(&e.trained_text)
+            );
+        }
+    }
+    if let Some(n) = v.answers_from_generated_ids {
+        let _ = writeln!(
+            out,
+            "  answer ids  the ids their model generated, for {n} of {} records",
+            v.records
+        );
+    }
     if v.straddling_tokens > 0 {
         let _ = writeln!(
             out,
@@ -431,6 +465,22 @@ fn generation(v: &GenerationResult) -> String {
     }
     if let Some(requests) = &v.requests {
         let _ = writeln!(out, "  requests    {}", requests.describe());
+    }
+    if let Some(kept) = &v.token_ids {
+        let asked: Vec<String> = kept
+            .endpoints
+            .iter()
+            .map(|(url, how)| format!("{}: {}", escape(url), escape(how)))
+            .collect();
+        let _ = writeln!(
+            out,
+            "  token ids   {} of {} records kept the ids their model generated ({} with the prompt's \
+             count and hash); {}",
+            kept.records,
+            v.records,
+            kept.with_prompt_ids,
+            asked.join("; ")
+        );
     }
     if let Some(p) = &v.projection {
         let _ = writeln!(
@@ -632,5 +682,37 @@ mod tests {
         let text = summary("tokenization", &result.to_string()).unwrap();
         assert!(text.contains("16-31") && text.contains("32-63"), "{text}");
         assert!(text.contains("2 length_finish"));
+        assert!(!text.contains("drift"), "{text}");
+    }
+
+    #[test]
+    fn the_drift_and_the_kept_ids_are_shown() {
+        let result = json!({
+            "records": 10, "tokens": 300, "trained_tokens": 100, "masked_tokens": 200,
+            "rejected": 0, "dropped": {}, "straddling_tokens": 0,
+            "length_histogram": [[5, 10]], "max_length": 60,
+            "bin": "/o/t.bin", "idx": "/o/t.idx", "manifest": "/o/t.json",
+            "rejects": "/o/t.rejects.jsonl", "answers_from_generated_ids": 9,
+            "drift": {"checked": 9, "differing": 2, "prompts_checked": 0, "prompts_differing": 0,
+                "examples": [{"id": "q1\u{1b}[2J", "at": 4, "generated": [1, 2], "trained": [1, 3],
+                    "trained_text": " Tokyo"}]},
+        });
+        let text = summary("tokenization", &result.to_string()).unwrap();
+        assert!(text.contains("2 of 9 records train on other ids"), "{text}");
+        assert!(
+            text.contains("parts at id 4: generated [1, 2], trained [1, 3], from \" Tokyo\""),
+            "{text}"
+        );
+        assert!(!text.contains('\u{1b}'), "a record's id is escaped: {text}");
+        assert!(text.contains("for 9 of 10 records"), "{text}");
+        let generation = json!({"records": 3, "failed": 0, "rejected": 0, "tokens": 30,
+            "passes": 1, "output": "/o/c.jsonl", "failures": "/o/f", "rejects": "/o/r",
+            "token_ids": {"records": 3, "with_prompt_ids": 0,
+                "endpoints": {"http://h:8080": "llamacpp: asked"}}});
+        let text = summary("generation", &generation.to_string()).unwrap();
+        assert!(
+            text.contains("3 of 3 records kept the ids their model generated (0 with the prompt's count and hash); http://h:8080: llamacpp: asked"),
+            "{text}"
+        );
     }
 }
