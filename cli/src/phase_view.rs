@@ -351,9 +351,9 @@ fn tokenization(v: &TokenizationResult) -> String {
         for e in &drift.examples {
             let _ = writeln!(
                 out,
-                "              {} parts at id {}: generated {:?}, trained {:?}, from {:?}",
+                "              {} differs at position {}: generated {:?}, trained {:?}, from {:?}",
                 escape(&e.id),
-                e.at,
+                e.index,
                 e.generated,
                 e.trained,
                 escape(&e.trained_text)
@@ -475,10 +475,15 @@ fn generation(v: &GenerationResult) -> String {
         let _ = writeln!(
             out,
             "  token ids   {} of {} records kept the ids their model generated ({} with the prompt's \
-             count and hash); {}",
-            kept.records,
+             count and hash{}); {}",
+            kept.records_with_ids,
             v.records,
-            kept.with_prompt_ids,
+            kept.with_prompt_hash,
+            if kept.incomplete > 0 {
+                format!(", {} returned incomplete and not kept", kept.incomplete)
+            } else {
+                String::new()
+            },
             asked.join("; ")
         );
     }
@@ -694,20 +699,22 @@ mod tests {
             "bin": "/o/t.bin", "idx": "/o/t.idx", "manifest": "/o/t.json",
             "rejects": "/o/t.rejects.jsonl", "answers_from_generated_ids": 9,
             "drift": {"checked": 9, "differing": 2, "prompts_checked": 0, "prompts_differing": 0,
-                "examples": [{"id": "q1\u{1b}[2J", "at": 4, "generated": [1, 2], "trained": [1, 3],
+                "examples": [{"id": "q1\u{1b}[2J", "index": 4, "generated": [1, 2], "trained": [1, 3],
                     "trained_text": " Tokyo"}]},
         });
         let text = summary("tokenization", &result.to_string()).unwrap();
         assert!(text.contains("2 of 9 records train on other ids"), "{text}");
         assert!(
-            text.contains("parts at id 4: generated [1, 2], trained [1, 3], from \" Tokyo\""),
+            text.contains(
+                "differs at position 4: generated [1, 2], trained [1, 3], from \" Tokyo\""
+            ),
             "{text}"
         );
         assert!(!text.contains('\u{1b}'), "a record's id is escaped: {text}");
         assert!(text.contains("for 9 of 10 records"), "{text}");
         let generation = json!({"records": 3, "failed": 0, "rejected": 0, "tokens": 30,
             "passes": 1, "output": "/o/c.jsonl", "failures": "/o/f", "rejects": "/o/r",
-            "token_ids": {"records": 3, "with_prompt_ids": 0,
+            "token_ids": {"records_with_ids": 3, "with_prompt_hash": 0, "incomplete": 0,
                 "endpoints": {"http://h:8080": "llamacpp: asked"}}});
         let text = summary("generation", &generation.to_string()).unwrap();
         assert!(

@@ -185,6 +185,38 @@ pub struct Completion {
     /// The ids of the prompt as the server rendered and tokenized it, when
     /// it returns them (vLLM, SGLang).
     pub prompt_token_ids: Option<Vec<u32>>,
+    /// The server returned fewer ids than the tokens it says it generated,
+    /// so none are kept (`token_ids` is `None`): llama.cpp's server leaves
+    /// out the entry of a token that ends inside a character, and in a
+    /// stream those of tokens its parser holds back.
+    pub token_ids_incomplete: bool,
+}
+
+impl Completion {
+    fn with_whole_ids(mut self, streamed: bool) -> Completion {
+        self.keep_only_whole_ids(streamed);
+        self
+    }
+
+    /// Keeps the generated ids only when they are all of them: as many as
+    /// the usage's completion tokens, or, in a stream that stopped, one
+    /// fewer (llama.cpp sends no chunk for the end-of-turn token it stopped
+    /// at). Without a usage there is nothing to count them against.
+    fn keep_only_whole_ids(&mut self, streamed: bool) {
+        let Some(ids) = &self.token_ids else {
+            return;
+        };
+        let Some(generated) = self.usage.as_ref().map(|u| u.completion_tokens) else {
+            return;
+        };
+        let n = ids.len() as u64;
+        let whole = n == generated
+            || (streamed && self.finish_reason == "stop" && n + 1 == generated && n > 0);
+        if !whole {
+            self.token_ids = None;
+            self.token_ids_incomplete = true;
+        }
+    }
 }
 
 /// One tool call of an answer: `{id, type, function: {name, arguments}}`,
@@ -751,8 +783,10 @@ mod wire {
         /// The generated ids (a stream chunk's own): vLLM's `token_ids`,
         /// SGLang's `token_ids`, renamed `response_token_ids` in its chat
         /// answers (sgl-project/sglang PR #35225).
-        #[serde(default, alias = "response_token_ids")]
+        #[serde(default)]
         pub token_ids: Option<Vec<u32>>,
+        #[serde(default)]
+        pub response_token_ids: Option<Vec<u32>>,
         /// SGLang puts the prompt's ids in each choice.
         #[serde(default)]
         pub prompt_token_ids: Option<Vec<u32>>,
@@ -779,7 +813,7 @@ mod wire {
         /// `token_ids`, or the ids of its log probabilities when every
         /// entry has one (vLLM's entries have none).
         pub fn generated_ids(&self) -> Option<Vec<u32>> {
-            if let Some(ids) = &self.token_ids {
+            if let Some(ids) = self.response_token_ids.as_ref().or(self.token_ids.as_ref()) {
                 return Some(ids.clone());
             }
             let entries = self.logprobs.as_ref()?.content.as_ref()?;
@@ -889,7 +923,9 @@ fn parse_whole(bytes: &[u8], api: Api) -> Result<Completion, Failure> {
         first_token: None,
         token_ids,
         prompt_token_ids,
-    })
+        token_ids_incomplete: false,
+    }
+    .with_whole_ids(false))
 }
 
 /// Builds a completion from stream chunks.
@@ -1019,6 +1055,7 @@ impl StreamAccumulator {
         if !self.reasoning.is_empty() {
             self.completion.reasoning = Some(self.reasoning);
         }
+        self.completion.keep_only_whole_ids(true);
         Ok(self.completion)
     }
 }
@@ -1122,6 +1159,22 @@ mod tests {
         let c = parse_whole(llama.to_string().as_bytes(), Api::Chat).unwrap();
         assert_eq!((c.prompt_token_ids, c.token_ids), (None, Some(vec![57, 2])));
 
+        // Fewer ids than the tokens generated (llama.cpp leaves out a token
+        // that ends inside a character): none are kept, and it is said.
+        let gap = json!({"model": "m", "usage": {"prompt_tokens": 3, "completion_tokens": 3, "total_tokens": 6},
+            "choices": [{"index": 0, "message": message, "finish_reason": "stop",
+            "logprobs": {"content": [entry(57), entry(2)]}}]});
+        let c = parse_whole(gap.to_string().as_bytes(), Api::Chat).unwrap();
+        assert_eq!((c.token_ids, c.token_ids_incomplete), (None, true));
+        let whole = json!({"model": "m", "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5},
+            "choices": [{"index": 0, "message": message, "finish_reason": "stop",
+            "token_ids": [57, 2], "response_token_ids": [57, 2]}]});
+        let c = parse_whole(whole.to_string().as_bytes(), Api::Chat).unwrap();
+        assert_eq!(
+            (c.token_ids, c.token_ids_incomplete),
+            (Some(vec![57, 2]), false)
+        );
+
         // vLLM's log probabilities carry no ids: none are made up.
         let vllm_logprobs = json!({"model": "m", "choices": [{"index": 0, "message": message, "finish_reason": "stop",
             "logprobs": {"content": [{"token": "hi", "logprob": -0.1, "bytes": [104, 105], "top_logprobs": []}]}}]});
@@ -1156,12 +1209,14 @@ mod tests {
             json!({"choices": [{"index": 0, "delta": {"role": "assistant", "content": null}}]}),
             json!({"choices": [{"index": 0, "delta": {"content": "I"}, "logprobs": {"content": [entry(57)]}}]}),
             json!({"choices": [{"index": 0, "delta": {"content": "'m"}, "logprobs": {"content": [entry(5248)]}}]}),
-            json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}),
+            json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
+                   "usage": {"prompt_tokens": 3, "completion_tokens": 3, "total_tokens": 6}}),
         ] {
             acc.take(SsePayload::Data(&chunk.to_string()), Api::Chat)
                 .unwrap();
         }
         let c = acc.finish().unwrap();
+        // The end of turn it stopped at came in no chunk: one fewer is whole.
         assert_eq!(
             (c.prompt_token_ids, c.token_ids),
             (None, Some(vec![57, 5248]))

@@ -325,8 +325,13 @@ pub struct GenerationResult {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct TokenIdsKept {
-    pub records: u64,
-    pub with_prompt_ids: u64,
+    /// Records that kept the ids their model generated.
+    pub records_with_ids: u64,
+    /// Of those, the ones that kept their prompt's ids' count and hash.
+    pub with_prompt_hash: u64,
+    /// Records whose server returned fewer ids than it generated tokens:
+    /// none are kept for them.
+    pub incomplete: u64,
     /// Endpoint → `vllm: asked`, `other: not asked: ...`.
     pub endpoints: BTreeMap<String, String>,
 }
@@ -559,8 +564,8 @@ impl TokenDrift {
 #[serde(default)]
 pub struct DriftExample {
     pub id: String,
-    /// The index, in the answer's ids, of the first that differs.
-    pub at: u64,
+    /// The position, in the answer's ids, of the first that differs.
+    pub index: u64,
     /// A few ids either side of it, from each.
     pub generated: Vec<u32>,
     pub trained: Vec<u32>,

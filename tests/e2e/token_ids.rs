@@ -107,8 +107,9 @@ async fn generated_ids_are_kept_streamed_or_not_and_the_training_tokens_equal_th
         .await;
         assert_eq!(task.status, "completed", "{name}: {}", task.error);
         let kept = &result(&task)["token_ids"];
-        assert_eq!(kept["records"], 40, "{name}: {kept}");
-        assert_eq!(kept["with_prompt_ids"], 40, "{name}");
+        assert_eq!(kept["records_with_ids"], 40, "{name}: {kept}");
+        assert_eq!(kept["with_prompt_hash"], 40, "{name}");
+        assert_eq!(kept["incomplete"], 0, "{name}");
         assert_eq!(
             kept["endpoints"][&mock.url], "vllm: asked",
             "{name}: {kept}"
@@ -219,7 +220,7 @@ async fn a_planted_drift_is_counted_and_shown_and_fails_the_run_past_max_drift_s
         // The generated ids part from the trained ones where the arguments'
         // JSON begins its spacing: the trained text goes on from there.
         let generated = expected_ids(prompt, mode);
-        let at = example["at"].as_u64().unwrap() as usize;
+        let at = example["index"].as_u64().unwrap() as usize;
         assert_eq!(
             example["generated"][EXAMPLE_BEFORE.min(at)],
             generated[at],
@@ -345,7 +346,7 @@ async fn a_server_of_another_kind_is_not_asked_and_off_asks_nothing() {
     .await;
     assert_eq!(task.status, "completed", "{}", task.error);
     let kept = &result(&task)["token_ids"];
-    assert_eq!(kept["records"], 0, "{kept}");
+    assert_eq!(kept["records_with_ids"], 0, "{kept}");
     let how = kept["endpoints"][&mock.url].as_str().unwrap();
     assert!(
         how.starts_with("other: not asked") && how.contains("\"mock\""),
@@ -371,6 +372,40 @@ async fn a_server_of_another_kind_is_not_asked_and_off_asks_nothing() {
         .iter()
         .all(|b| b.get("return_token_ids").is_none()));
 
+    // A tokenization held to max_drift_share with nothing to check fails,
+    // and says why.
+    let mut held = tokenization(&dir.path().join("auto.jsonl"), &dir.path().join("tok-held"));
+    held["max_drift_share"] = json!(0.1);
+    let failed = run_phase(&mut c, "tok-held", "tokenization", &held).await;
+    assert_eq!(failed.status, "failed");
+    assert!(
+        failed.error.contains("no record kept the ids"),
+        "{}",
+        failed.error
+    );
+
+    // Endpoints of two kinds get one body: neither is asked, and each says so.
+    let vllm = MockOpenAi::start(Settings {
+        token_ids: Some(MockTokenIds::Vllm),
+        ..Settings::default()
+    })
+    .await;
+    let mut mixed = generation(dir.path(), &mock.url, false, "mixed");
+    mixed["endpoints"] = json!([vllm.url, mock.url]);
+    let task = run_phase(&mut c, "mixed", "generation", &mixed).await;
+    assert_eq!(task.status, "completed", "{}", task.error);
+    let kept = &result(&task)["token_ids"];
+    assert_eq!(kept["records_with_ids"], 0, "{kept}");
+    let how = kept["endpoints"][&vllm.url].as_str().unwrap();
+    assert!(
+        how.contains("not asked: the endpoints are not all asked alike (vllm, other)"),
+        "{how}"
+    );
+    assert!(vllm
+        .bodies()
+        .iter()
+        .all(|b| b.get("return_token_ids").is_none()));
+
     let mut bad = generation(dir.path(), &mock.url, true, "bad");
     bad["token_ids"] = json!("always");
     let refused = create_phase(&mut c, "bad", "generation", &bad.to_string(), &[])
@@ -378,4 +413,19 @@ async fn a_server_of_another_kind_is_not_asked_and_off_asks_nothing() {
         .unwrap_err();
     assert_eq!(refused.code(), tonic::Code::InvalidArgument);
     assert!(refused.message().contains("token_ids"), "{refused}");
+    let mut contradictory =
+        tokenization(&dir.path().join("auto.jsonl"), &dir.path().join("tok-bad"));
+    contradictory["answer_ids"] = json!("generated");
+    contradictory["reasoning"] = json!("drop");
+    let refused = create_phase(
+        &mut c,
+        "tok-bad",
+        "tokenization",
+        &contradictory.to_string(),
+        &[],
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::InvalidArgument);
+    assert!(refused.message().contains("spec.answer_ids"), "{refused}");
 }

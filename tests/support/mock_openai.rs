@@ -612,6 +612,11 @@ async fn serve(
     let mut usage = json!({"prompt_tokens": input.split_whitespace().count(),
                        "completion_tokens": tokens.len(),
                        "total_tokens": input.split_whitespace().count() + tokens.len()});
+    if let Some((_, generated)) = &token_ids {
+        // A server that returns ids counts the tokens it generated in them.
+        usage["completion_tokens"] = json!(generated.len());
+        usage["total_tokens"] = json!(input.split_whitespace().count() + generated.len());
+    }
     if !settings.prefill.is_zero() {
         let cached = if prompt_cached {
             usage["prompt_tokens"].clone()
@@ -771,6 +776,10 @@ async fn answer_with_calls(
         .map(|c| c["function"]["arguments"].as_str().unwrap())
         .collect();
     let tokens: usize = arguments.iter().map(|a| a.split(' ').count()).sum();
+    // A server that returns ids counts the tokens it generated in them.
+    let tokens = token_ids
+        .as_ref()
+        .map_or(tokens, |(_, generated)| generated.len());
     let usage =
         json!({"prompt_tokens": 1, "completion_tokens": tokens, "total_tokens": tokens + 1});
     if !streamed {

@@ -79,6 +79,9 @@ pub struct Stats {
     pub records_with_token_ids: u64,
     #[serde(default)]
     pub records_with_prompt_token_ids: u64,
+    /// Records whose server returned fewer ids than it generated tokens.
+    #[serde(default)]
+    pub records_with_incomplete_token_ids: u64,
     /// How each endpoint was asked for token ids, by the latest run that
     /// asked it (`vllm: asked`, `not asked: ...`).
     #[serde(default)]
@@ -191,6 +194,7 @@ impl RecordPhase for Generation {
                 stats.records += 1;
                 stats.records_with_token_ids += u64::from(c.token_ids.is_some());
                 stats.records_with_prompt_token_ids += u64::from(c.prompt_token_ids.is_some());
+                stats.records_with_incomplete_token_ids += u64::from(c.token_ids_incomplete);
                 let kept = self.spec.keep_prompt.then_some(&*prompt.input);
                 let (messages, prompt_text) = match self.spec.api {
                     Api::Chat => (kept, None),
@@ -510,8 +514,9 @@ fn result(
         requests: (stats.requests.sent > 0).then(|| stats.requests.clone()),
         token_ids: (!stats.token_ids_asked.is_empty() || stats.records_with_token_ids > 0).then(
             || todod_proto::results::TokenIdsKept {
-                records: stats.records_with_token_ids,
-                with_prompt_ids: stats.records_with_prompt_token_ids,
+                records_with_ids: stats.records_with_token_ids,
+                with_prompt_hash: stats.records_with_prompt_token_ids,
+                incomplete: stats.records_with_incomplete_token_ids,
                 endpoints: stats.token_ids_asked.clone(),
             },
         ),
@@ -692,6 +697,7 @@ impl crate::phase::shards::Counters for Stats {
         self.requests.add(&other.requests);
         self.records_with_token_ids += other.records_with_token_ids;
         self.records_with_prompt_token_ids += other.records_with_prompt_token_ids;
+        self.records_with_incomplete_token_ids += other.records_with_incomplete_token_ids;
         for (endpoint, how) in &other.token_ids_asked {
             self.token_ids_asked.insert(endpoint.clone(), how.clone());
         }

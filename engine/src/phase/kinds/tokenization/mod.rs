@@ -451,12 +451,20 @@ fn verdict(spec: &TokenizationSpec, mut state: PhaseState, manifest: Option<Valu
         answers_from_generated_ids: (spec.answer_ids == spec::AnswerIds::Generated)
             .then_some(stats.answers_from_generated_ids),
     };
+    if spec.max_drift_share.is_some() && stats.drift.checked == 0 {
+        return Ended::Failed {
+            error: "max_drift_share is set, and no record kept the ids its model generated to \
+                    check against (see the generation's result: token_ids)"
+                .into(),
+            state: Some(state),
+        };
+    }
     if let (Some(most), Some(share)) = (spec.max_drift_share, stats.drift.share()) {
         if share > most {
             let first = stats.drift.examples.first().map_or(String::new(), |e| {
                 format!(
-                    "; the first, {:?}, parts at id {} of its answer (generated {:?}, trained {:?}, from {:?})",
-                    e.id, e.at, e.generated, e.trained, e.trained_text
+                    "; the first, {:?}, differs at position {} of its answer (generated {:?}, trained {:?}, from {:?})",
+                    e.id, e.index, e.generated, e.trained, e.trained_text
                 )
             });
             return Ended::Failed {

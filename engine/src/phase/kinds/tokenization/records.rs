@@ -97,7 +97,7 @@ fn example(
     };
     todod_proto::results::DriftExample {
         id: id.to_string(),
-        at: at as u64,
+        index: at as u64,
         generated: window(generated),
         trained: window(trained),
         trained_text: todod_domain::model::clip(trained_text),
@@ -403,6 +403,10 @@ impl Tokenizing {
             Body::Text(text) => match self.tokenizer.encode(text, generated.is_some()) {
                 Ok(enc) => {
                     let n = enc.ids.len();
+                    // The answer's text holds no stop token; the ids the
+                    // model generated may end with the one it stopped at.
+                    let generated = generated
+                        .map(|g| without_stop_token(g, &enc.ids, !record.length_finish));
                     if let Some(generated) = generated {
                         let mut trained = enc.ids.clone();
                         trained.extend(self.eos.filter(|_| self.spec.add_eos));
@@ -554,6 +558,16 @@ impl Tokenizing {
             answer,
             prompt_same,
         }
+    }
+}
+
+/// The `generated` ids of a text answer without the stop token the model
+/// ended on: when it `stopped` (not at its token limit) and the ids are the
+/// text's `content` ids and one more.
+fn without_stop_token<'a>(generated: &'a [u32], content: &[u32], stopped: bool) -> &'a [u32] {
+    match generated.split_last() {
+        Some((_, answer)) if stopped && answer == content => answer,
+        _ => generated,
     }
 }
 
@@ -714,6 +728,16 @@ mod tests {
         let (ids, trained) = with_generated_answer(&enc, mask, (4, 10), &[20, 22], &[2, 3]);
         assert_eq!(ids, vec![10, 11, 20, 22, 2, 3]);
         assert_eq!(trained, vec![0, 0, 1, 1, 1, 1]);
+    }
+
+    #[test]
+    fn a_text_answers_stop_token_is_not_part_of_its_ids() {
+        assert_eq!(without_stop_token(&[5, 6, 2], &[5, 6], true), &[5, 6]);
+        // Cut at the limit: the last id is the answer's own.
+        assert_eq!(without_stop_token(&[5, 6, 2], &[5, 6], false), &[5, 6, 2]);
+        // The ids differ before the end: left as they are, to be counted.
+        assert_eq!(without_stop_token(&[5, 7, 2], &[5, 6], true), &[5, 7, 2]);
+        assert_eq!(without_stop_token(&[], &[], true), &[] as &[u32]);
     }
 
     #[test]

@@ -255,6 +255,13 @@ impl TokenizationSpec {
 }
 
 fn typed(raw: Raw) -> Result<TokenizationSpec, Error> {
+    if raw.answer_ids == Some(AnswerIds::Generated) && raw.reasoning == Some(Reasoning::Drop) {
+        return Err(Error::invalid(
+            "spec.answer_ids",
+            "\"generated\" trains on every id the model generated, its reasoning included; \
+             it cannot go with reasoning \"drop\"",
+        ));
+    }
     let mode = raw.mode.unwrap_or(Mode::Conversation);
     let formats = raw
         .formats
