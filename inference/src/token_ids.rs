@@ -83,7 +83,7 @@ pub fn ask(
         (ServerKind::Sglang, _) => json!({"return_token_ids": true}),
         (ServerKind::LlamaCpp, Api::Chat) => json!({"logprobs": true, "top_logprobs": 1}),
         (ServerKind::LlamaCpp, Api::Completions) => {
-            return Err("llama.cpp's server returns no token ids on /v1/completions".into())
+            return Err("llama.cpp's server is asked for ids on the chat API only".into())
         }
         (ServerKind::Other(_), _) if force => json!({"return_token_ids": true}),
         (ServerKind::Other(why), _) => {

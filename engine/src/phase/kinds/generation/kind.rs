@@ -135,7 +135,8 @@ fn properties() -> Value {
         "token_ids": {
             "description": "Ask the servers for the ids they generate and keep them in each \
                             record: \"auto\" (vLLM, SGLang and llama.cpp's server, each its own \
-                            way, as /v1/models says what it is), \"on\" (any server), \"off\".",
+                            way, as /v1/models says what it is), \"on\" (a server of another \
+                            kind too, with vLLM's return_token_ids), \"off\".",
             "enum": ["auto", "on", "off"],
         },
     })

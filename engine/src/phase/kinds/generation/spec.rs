@@ -35,7 +35,8 @@ pub enum TokenIds {
     /// Ask the servers that say they are vLLM, SGLang or llama.cpp's, each
     /// its own way; not the others (OpenAI refuses a field it does not know).
     Auto,
-    /// Ask every server, one of another kind with vLLM's field.
+    /// Ask a server of another kind too, with vLLM's field (the known kinds
+    /// are asked as under `Auto`).
     On,
     Off,
 }
