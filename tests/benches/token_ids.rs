@@ -20,7 +20,7 @@ use std::time::Instant;
 
 use serde_json::{json, Value};
 use todod_e2e::fixtures::fixture;
-use todod_e2e::mock_openai::{MockOpenAi, MockTokenIds, Settings};
+use todod_e2e::mock_openai::{Dialect, MockOpenAi, MockTokenIds, Settings};
 use todod_e2e::{create_phase, wait_task, RealDaemon};
 
 const ROUNDS: usize = 3;
@@ -111,7 +111,8 @@ async fn main() {
     let mock = MockOpenAi::start(Settings {
         keep_bodies: false,
         output_tokens: Some((100, 300)),
-        token_ids: Some(MockTokenIds::Vllm),
+        dialect: Dialect::Vllm,
+        token_ids: Some(MockTokenIds::Hermes),
         ..Settings::default()
     })
     .await;

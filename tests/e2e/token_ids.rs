@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use serde_json::{json, Value};
 use todod_e2e::fixtures::fixture;
 use todod_e2e::mock_openai::{
-    expected_content, expected_tool_calls, MockOpenAi, MockTokenIds, Settings,
+    expected_content, expected_tool_calls, Dialect, Fault, MockOpenAi, MockTokenIds, Settings,
 };
 use todod_e2e::mock_token_ids as ids;
 use todod_e2e::{create_phase, proto, wait_task, Client, TestDaemon};
@@ -86,8 +86,9 @@ fn expected_ids(prompt: &Value, mode: MockTokenIds) -> Vec<u32> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn generated_ids_are_kept_streamed_or_not_and_the_training_tokens_equal_them() {
-    let mode = MockTokenIds::Vllm;
+    let mode = MockTokenIds::Hermes;
     let mock = MockOpenAi::start(Settings {
+        dialect: Dialect::Vllm,
         token_ids: Some(mode),
         ..Settings::default()
     })
@@ -174,8 +175,9 @@ async fn generated_ids_are_kept_streamed_or_not_and_the_training_tokens_equal_th
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_planted_drift_is_counted_and_shown_and_fails_the_run_past_max_drift_share() {
-    let mode = MockTokenIds::VllmCompactArguments;
+    let mode = MockTokenIds::HermesCompactArguments;
     let mock = MockOpenAi::start(Settings {
+        dialect: Dialect::Vllm,
         token_ids: Some(mode),
         ..Settings::default()
     })
@@ -208,6 +210,13 @@ async fn a_planted_drift_is_counted_and_shown_and_fails_the_run_past_max_drift_s
     // answers do not.
     assert_eq!(drift["checked"], 40, "{drift}");
     assert_eq!(drift["differing"], 20, "{drift}");
+    assert!(
+        tokens
+            .summary
+            .contains("20 of 40 train on other ids than their model generated"),
+        "the status page's line: {}",
+        tokens.summary
+    );
     let examples = drift["examples"].as_array().unwrap();
     assert_eq!(examples.len(), 5, "a few are shown: {drift}");
     for example in examples {
@@ -386,7 +395,8 @@ async fn a_server_of_another_kind_is_not_asked_and_off_asks_nothing() {
 
     // Endpoints of two kinds get one body: neither is asked, and each says so.
     let vllm = MockOpenAi::start(Settings {
-        token_ids: Some(MockTokenIds::Vllm),
+        dialect: Dialect::Vllm,
+        token_ids: Some(MockTokenIds::Hermes),
         ..Settings::default()
     })
     .await;
@@ -428,4 +438,73 @@ async fn a_server_of_another_kind_is_not_asked_and_off_asks_nothing() {
     .unwrap_err();
     assert_eq!(refused.code(), tonic::Code::InvalidArgument);
     assert!(refused.message().contains("spec.answer_ids"), "{refused}");
+}
+
+/// vLLM's and SGLang's answers as they are today (issue 48 part 4): the
+/// reasoning in `reasoning` (vLLM) or `reasoning_content` (SGLang) lands in
+/// each record; the ids in vLLM's places, streamed or not, and in SGLang's
+/// (`response_token_ids`, the prompt's in the choice) when not streamed;
+/// a streamed chat is not asked of SGLang, which would refuse it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_dialect_lands_its_reasoning_and_ids_in_the_records() {
+    let daemon = TestDaemon::start().await;
+    let mut c = daemon.client().await;
+    let dir = tempfile::tempdir().unwrap();
+    let prompts = write_prompts(&dir.path().join("prompts.jsonl"), 8);
+    for dialect in [Dialect::Vllm, Dialect::Sglang] {
+        let mock = MockOpenAi::start(Settings {
+            dialect,
+            token_ids: Some(MockTokenIds::Hermes),
+            ..Settings::default()
+        })
+        .await;
+        for stream in [false, true] {
+            let name = format!("{dialect:?}-{stream}").to_lowercase();
+            mock.push(std::iter::repeat_n(Fault::Reasoning, prompts.len()));
+            let task = run_phase(
+                &mut c,
+                &name,
+                "generation",
+                &generation(dir.path(), &mock.url, stream, &name),
+            )
+            .await;
+            assert_eq!(task.status, "completed", "{name}: {}", task.error);
+            let result = result(&task);
+            assert_eq!(result["failed"], 0, "{name}: {result}");
+            let records = lines(&dir.path().join(format!("{name}.jsonl")));
+            assert_eq!(records.len(), prompts.len(), "{name}");
+            for record in &records {
+                let prompt = &prompts[record["id"].as_str().unwrap()[1..]
+                    .parse::<usize>()
+                    .unwrap()];
+                let input = prompt["messages"][0]["content"].as_str().unwrap();
+                assert_eq!(
+                    record["reasoning"],
+                    format!("thinking about {input}"),
+                    "{name}"
+                );
+                assert_eq!(record["content"], expected_content(input), "{name}");
+            }
+            let kept = &result["token_ids"];
+            let how = kept["endpoints"][&mock.url].as_str().unwrap();
+            let asked = !(dialect == Dialect::Sglang && stream);
+            if asked {
+                assert_eq!(how, format!("{}: asked", dialect.owned_by()), "{name}");
+                assert_eq!(kept["records_with_ids"], prompts.len(), "{name}: {kept}");
+                assert_eq!(kept["with_prompt_hash"], prompts.len(), "{name}: {kept}");
+                for record in &records {
+                    let got: Vec<u32> =
+                        serde_json::from_value(record["token_ids"].clone()).unwrap();
+                    let input = record["messages"][0]["content"].as_str().unwrap();
+                    assert_eq!(got, ids::generated_ids(&expected_content(input)), "{name}");
+                }
+            } else {
+                assert!(
+                    how.starts_with("sglang: not asked") && how.contains("streamed"),
+                    "{how}"
+                );
+                assert_eq!(kept["records_with_ids"], 0, "{name}: {kept}");
+            }
+        }
+    }
 }

@@ -16,7 +16,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Notify, Semaphore};
 
 use crate::mock_token_ids as ids;
-pub use crate::mock_token_ids::MockTokenIds;
+pub use crate::mock_token_ids::{Dialect, MockTokenIds};
 
 /// How the next request goes wrong (or not).
 #[derive(Debug, Clone, PartialEq)]
@@ -70,9 +70,10 @@ pub struct Settings {
     /// whole prompt was cached (`prompt_tokens_details.cached_tokens`).
     /// Zero: no cache, and usage says nothing of one.
     pub prefill: Duration,
-    /// Token ids for a request that asks (`return_token_ids`), in a
-    /// server's shape; `/v1/models` then says which server. None: a request
-    /// gets none, and `/v1/models` says `owned_by: "mock"`.
+    /// Which server it answers as (`/v1/models`, reasoning, ids).
+    pub dialect: Dialect,
+    /// Token ids for a request that asks (`return_token_ids`), in the
+    /// dialect's shape (the mock's own returns none).
     pub token_ids: Option<MockTokenIds>,
 }
 
@@ -139,6 +140,7 @@ impl Default for Settings {
             curve: None,
             metrics: ServerMetrics::Absent,
             prefill: Duration::ZERO,
+            dialect: Dialect::Mock,
             token_ids: None,
         }
     }
@@ -460,12 +462,7 @@ async fn serve(
     if request.path == "/v1/models" {
         // Not a completion: not counted.
         state.model_lists.fetch_add(1, Ordering::SeqCst);
-        let body = match settings.token_ids {
-            Some(_) => ids::models_body("mock-model"),
-            None => json!({"object": "list", "data": [{"id": "mock-model", "object": "model",
-                "created": 0, "owned_by": "mock"}]})
-            .to_string(),
-        };
+        let body = ids::models_body("mock-model", settings.dialect);
         let head = format!(
             "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\
              connection: close\r\n\r\n",
@@ -591,16 +588,36 @@ async fn serve(
     };
     // The ids, when the request asks and the mock speaks a dialect that
     // returns them: (the prompt's, the answer's).
+    let asked = request.body["return_token_ids"] == true;
+    if asked && settings.dialect == Dialect::Sglang && streamed && chat {
+        let body = json!({"object": "error", "type": "BadRequestError", "code": 400,
+            "message": "return_token_ids is not supported for streaming chat completions"})
+        .to_string();
+        let head = format!(
+            "HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\n\
+             content-length: {}\r\nconnection: close\r\n\r\n",
+            body.len()
+        );
+        stream.write_all(head.as_bytes()).await?;
+        stream.write_all(body.as_bytes()).await?;
+        return stream.shutdown().await;
+    }
     let token_ids = settings
         .token_ids
-        .filter(|_| request.body["return_token_ids"] == true)
+        .filter(|_| asked && settings.dialect != Dialect::Mock)
         .map(|mode| {
             let text = ids::generated_text(&content, &calls, mode);
-            (ids::prompt_ids(&input), ids::generated_ids(&text))
+            let mut generated = ids::generated_ids(&text);
+            if fault == Fault::Length {
+                // Cut at its limit: no end of turn was generated.
+                generated.pop();
+            }
+            (ids::prompt_ids(&input), generated)
         });
     if !calls.is_empty() {
         drop(counted);
-        return answer_with_calls(&mut stream, &model, &calls, streamed, token_ids).await;
+        let ids = token_ids.map(|(prompt, generated)| (settings.dialect, prompt, generated));
+        return answer_with_calls(&mut stream, &model, &calls, streamed, ids).await;
     }
     let finish = if fault == Fault::Length {
         "length"
@@ -640,7 +657,9 @@ async fn serve(
         }
         let message = match (&reasoning, chat) {
             (Some(r), true) => {
-                json!({"role": "assistant", "content": content, "reasoning_content": r})
+                let mut message = json!({"role": "assistant", "content": content});
+                message[settings.dialect.reasoning_field()] = json!(r);
+                message
             }
             (None, true) => json!({"role": "assistant", "content": content}),
             _ => Value::Null,
@@ -650,13 +669,10 @@ async fn serve(
         } else {
             json!({"index": 0, "text": content, "finish_reason": finish})
         };
-        let mut choice = choice;
-        let mut answer = json!({"id": "mock", "model": model, "usage": usage});
+        let mut answer = json!({"id": "mock", "model": model, "usage": usage, "choices": [choice]});
         if let Some((prompt, generated)) = &token_ids {
-            answer["prompt_token_ids"] = json!(prompt);
-            choice["token_ids"] = json!(generated);
+            ids::put_whole(&mut answer, settings.dialect, prompt, generated);
         }
-        answer["choices"] = json!([choice]);
         let body = answer.to_string();
         let head = format!(
             "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\
@@ -697,7 +713,7 @@ async fn serve(
     };
     if let Some(r) = &reasoning {
         stream
-            .write_all(delta("reasoning_content", r, None).as_bytes())
+            .write_all(delta(settings.dialect.reasoning_field(), r, None).as_bytes())
             .await?;
     }
     let pace = (settings.tokens_per_second > 0.0)
@@ -769,7 +785,7 @@ async fn answer_with_calls(
     model: &str,
     calls: &[Value],
     streamed: bool,
-    token_ids: Option<(Vec<u32>, Vec<u32>)>,
+    token_ids: Option<(Dialect, Vec<u32>, Vec<u32>)>,
 ) -> std::io::Result<()> {
     let arguments: Vec<&str> = calls
         .iter()
@@ -779,16 +795,15 @@ async fn answer_with_calls(
     // A server that returns ids counts the tokens it generated in them.
     let tokens = token_ids
         .as_ref()
-        .map_or(tokens, |(_, generated)| generated.len());
+        .map_or(tokens, |(_, _, generated)| generated.len());
     let usage =
         json!({"prompt_tokens": 1, "completion_tokens": tokens, "total_tokens": tokens + 1});
     if !streamed {
         let mut answer = json!({"id": "mock", "model": model, "usage": usage, "choices": [{"index": 0,
             "message": {"role": "assistant", "content": null, "tool_calls": calls},
             "finish_reason": "tool_calls"}]});
-        if let Some((prompt, generated)) = &token_ids {
-            answer["prompt_token_ids"] = json!(prompt);
-            answer["choices"][0]["token_ids"] = json!(generated);
+        if let Some((dialect, prompt, generated)) = &token_ids {
+            ids::put_whole(&mut answer, *dialect, prompt, generated);
         }
         let body = answer.to_string();
         let head = format!(
@@ -819,7 +834,7 @@ async fn answer_with_calls(
         "delta": {"role": "assistant", "content": null}, "finish_reason": null}]});
     let mut last = json!({"model": model, "choices": [{"index": 0, "delta": {},
         "finish_reason": "tool_calls"}]});
-    if let Some((prompt, generated)) = &token_ids {
+    if let Some((_, prompt, generated)) = &token_ids {
         // A tool parser holds the text back until a call is whole; the ids
         // come as they are generated: here, all but the end of turn with
         // the first chunk, the end of turn with the last.

@@ -14,17 +14,56 @@ use std::sync::{Arc, Mutex, OnceLock};
 use serde_json::Value;
 use todod_format::tokenizer::Tokenizer;
 
-/// How the mock answers a request for token ids.
+/// Which server the mock answers as: the shapes of its own protocol
+/// definitions, at the versions named.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Dialect {
+    /// The mock's own: `/v1/models` says `owned_by: "mock"`; reasoning in
+    /// `reasoning_content`; no ids.
+    #[default]
+    Mock,
+    /// vLLM 0.11 and later: `owned_by: "vllm"`; reasoning in `reasoning`
+    /// (`reasoning_content` was renamed in PR #27752 and removed in
+    /// #33402); with `return_token_ids` (PR #22587), the prompt's ids
+    /// beside the choices (a stream's first chunk) and each choice's
+    /// `token_ids` (a stream chunk's own).
+    Vllm,
+    /// SGLang after PR #35225 (August 2026): `owned_by: "sglang"`;
+    /// reasoning in `reasoning_content`; with `return_token_ids` (PR
+    /// #30917) on a chat that is not streamed, each choice's
+    /// `prompt_token_ids` and `response_token_ids`; a streamed chat that
+    /// asks is refused with 400.
+    Sglang,
+}
+
+impl Dialect {
+    pub fn owned_by(self) -> &'static str {
+        match self {
+            Dialect::Mock => "mock",
+            Dialect::Vllm => "vllm",
+            Dialect::Sglang => "sglang",
+        }
+    }
+
+    /// The field of a message (or delta) that holds the reasoning.
+    pub fn reasoning_field(self) -> &'static str {
+        match self {
+            Dialect::Vllm => "reasoning",
+            Dialect::Mock | Dialect::Sglang => "reasoning_content",
+        }
+    }
+}
+
+/// Which text the ids the mock returns are of (in its dialect's shape;
+/// the mock's own dialect returns none). The reasoning an answer has is not
+/// in them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MockTokenIds {
-    /// vLLM's shape (0.10.2 and later): `/v1/models` says
-    /// `owned_by: "vllm"`; the prompt's ids beside the choices (a stream's
-    /// first chunk), each choice's `token_ids` (a stream chunk's own).
-    Vllm,
-    /// vLLM's shape, the tool calls' arguments generated as `{"a":1}`
-    /// while the template writes `{"a": 1}`: every tool-call record
-    /// drifts.
-    VllmCompactArguments,
+    /// What a Hermes-format model generates for the mock's answer.
+    Hermes,
+    /// The same, the tool calls' arguments generated as `{"a":1}` while the
+    /// template writes `{"a": 1}`: every tool-call record drifts.
+    HermesCompactArguments,
 }
 
 /// SmolLM2's tokenizer (the repository's fixture), loaded once.
@@ -81,7 +120,7 @@ pub fn generated_text(content: &str, calls: &[Value], mode: MockTokenIds) -> Str
     if calls.is_empty() {
         return content.to_string();
     }
-    let compact = mode == MockTokenIds::VllmCompactArguments;
+    let compact = mode == MockTokenIds::HermesCompactArguments;
     calls
         .iter()
         .map(|call| {
@@ -124,9 +163,25 @@ pub fn prompt_ids(input: &str) -> Vec<u32> {
     ids
 }
 
-/// `/v1/models` as vLLM answers it.
-pub fn models_body(model: &str) -> String {
+/// Puts the ids of a whole (not streamed) answer where the dialect's server
+/// puts them.
+pub fn put_whole(answer: &mut Value, dialect: Dialect, prompt: &[u32], generated: &[u32]) {
+    let choice = &mut answer["choices"][0];
+    match dialect {
+        Dialect::Sglang => {
+            choice["prompt_token_ids"] = serde_json::json!(prompt);
+            choice["response_token_ids"] = serde_json::json!(generated);
+        }
+        Dialect::Vllm | Dialect::Mock => {
+            choice["token_ids"] = serde_json::json!(generated);
+            answer["prompt_token_ids"] = serde_json::json!(prompt);
+        }
+    }
+}
+
+/// `/v1/models` as the dialect's server answers it.
+pub fn models_body(model: &str, dialect: Dialect) -> String {
     serde_json::json!({"object": "list", "data": [{"id": model, "object": "model",
-        "created": 0, "owned_by": "vllm", "root": model, "parent": null, "max_model_len": 8192}]})
+        "created": 0, "owned_by": dialect.owned_by(), "root": model}]})
     .to_string()
 }

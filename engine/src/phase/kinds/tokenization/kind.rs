@@ -90,6 +90,13 @@ impl PhaseKind for Tokenization {
         if r.rejected > 0 {
             line.push_str(&format!(", {} rejected", r.rejected));
         }
+        if let Some(drift) = &r.drift {
+            // What the status page and `todoctl status` say of it.
+            line.push_str(&format!(
+                ", {} of {} train on other ids than their model generated",
+                drift.differing, drift.checked
+            ));
+        }
         View {
             summary: line,
             ..View::default()
