@@ -21,7 +21,7 @@ use std::time::Instant;
 use serde_json::{json, Value};
 use todod_e2e::fixtures::fixture;
 use todod_e2e::mock_openai::{Dialect, MockOpenAi, MockTokenIds, Settings};
-use todod_e2e::{create_phase, wait_task, RealDaemon};
+use todod_e2e::{run_phase_to_end, RealDaemon};
 
 const ROUNDS: usize = 3;
 
@@ -64,13 +64,7 @@ async fn round(
         "stream": stream, "token_ids": token_ids});
     let cpu = || todod_telemetry::process::of::cpu_seconds(daemon.child.id()).unwrap_or(0.0);
     let (started, cpu_before) = (Instant::now(), cpu());
-    let id = create_phase(&mut c, &plan, "generation", &spec.to_string(), &[])
-        .await
-        .unwrap();
-    let task = wait_task(&mut c, &plan, &id, |t| {
-        ["completed", "failed"].contains(&t.status.as_str())
-    })
-    .await;
+    let task = run_phase_to_end(&mut c, &plan, "generation", &spec).await;
     assert_eq!(task.status, "completed", "{}", task.error);
     let generation_rate = n as f64 / started.elapsed().as_secs_f64();
     let generation_cpu_us = (cpu() - cpu_before) * 1e6 / n as f64;
@@ -81,13 +75,7 @@ async fn round(
         "output_prefix": dir.join(&tok_plan), "mode": "conversation", "threads": 2,
         "drop_length_finishes": false});
     let started = Instant::now();
-    let id = create_phase(&mut c, &tok_plan, "tokenization", &spec.to_string(), &[])
-        .await
-        .unwrap();
-    let task = wait_task(&mut c, &tok_plan, &id, |t| {
-        ["completed", "failed"].contains(&t.status.as_str())
-    })
-    .await;
+    let task = run_phase_to_end(&mut c, &tok_plan, "tokenization", &spec).await;
     assert_eq!(task.status, "completed", "{}", task.error);
     let tokenization_rate = n as f64 / started.elapsed().as_secs_f64();
     let result: Value = serde_json::from_str(&task.result_json).unwrap();

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 use todod_e2e::fixtures::fixture;
+use todod_e2e::json_lines;
 use todod_e2e::rng::TestRng;
 use todod_e2e::{
     assert_kill_floor, create_phase, kill_repeatedly, proto, wait_task, Client, RealDaemon,
@@ -27,14 +28,6 @@ async fn ended(c: &mut Client, plan: &str, id: &str) -> proto::Task {
     .await
 }
 
-fn lines(path: &Path) -> Vec<Value> {
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
-}
-
 /// Adapts `input` with `extra` spec fields into `dir/NAME.jsonl`; returns
 /// the task and the output lines.
 async fn adapt(
@@ -51,7 +44,7 @@ async fn adapt(
     }
     let id = create(c, name, &spec).await;
     let task = ended(c, name, &id).await;
-    (task, lines(&output))
+    (task, json_lines(&output))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -105,7 +98,7 @@ async fn one_conversation_set_in_four_formats_adapts_to_the_same_messages() {
         "qwen3_rendered parses back into its messages"
     );
     // Alpaca has no system prompt and no turns: its instruction, then its input.
-    let source: Vec<Value> = lines(&fixture("prompts/alpaca.jsonl"));
+    let source: Vec<Value> = json_lines(&fixture("prompts/alpaca.jsonl"));
     assert_eq!(alpaca.len(), 300);
     for ((adapted, line), messages) in alpaca.iter().zip(&source).zip(&openai) {
         let instruction = line["instruction"].as_str().unwrap();
@@ -166,7 +159,7 @@ async fn rendering_with_qwen3s_template_gives_transformers_bytes() {
     )
     .await;
     assert_eq!(task.status, "completed", "{}", task.error);
-    let golden = lines(&fixture("prompts/qwen3_rendered.jsonl"));
+    let golden = json_lines(&fixture("prompts/qwen3_rendered.jsonl"));
     assert_eq!(rendered.len(), golden.len());
     for (ours, theirs) in rendered.iter().zip(&golden) {
         assert_eq!(ours["id"], theirs["id"]);
@@ -294,7 +287,7 @@ async fn every_bad_line_is_rejected_with_its_reason_and_the_good_ones_adapted() 
     .await;
     // 12 of 14 lines rejected: over the limit, so the phase fails with the
     // counts, and the pipeline stops before generation.
-    let rejects = lines(&dir.path().join("bad.jsonl.rejects.jsonl"));
+    let rejects = json_lines(&dir.path().join("bad.jsonl.rejects.jsonl"));
     let ids: Vec<&str> = adapted.iter().map(|l| l["id"].as_str().unwrap()).collect();
     assert_eq!(ids, ["ok1", "ok2"], "{rejects:#?}");
     assert_eq!(task.status, "failed");
@@ -338,7 +331,7 @@ async fn every_bad_line_is_rejected_with_its_reason_and_the_good_ones_adapted() 
 
 /// `n` conversations from the fixtures, each with an id of its own.
 fn write_many(path: &Path, n: usize) {
-    let base = lines(&fixture("prompts/openai_messages.jsonl"));
+    let base = json_lines(&fixture("prompts/openai_messages.jsonl"));
     let mut text = String::new();
     for i in 0..n {
         let mut line = base[i % base.len()].clone();
@@ -459,7 +452,7 @@ async fn a_sharded_adaptation_writes_the_records_one_run_writes() {
         sorted(&expected),
         "not the records one run writes"
     );
-    let rejects = |name: &str| lines(&dir.path().join(format!("{name}.jsonl.rejects.jsonl")));
+    let rejects = |name: &str| json_lines(&dir.path().join(format!("{name}.jsonl.rejects.jsonl")));
     assert!(
         !rejects("whole").is_empty(),
         "the bad lines were not rejected"

@@ -14,37 +14,18 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 use todod_e2e::fixtures::fixture;
-use todod_e2e::mock_openai::{expected_content, expected_tool_calls, MockOpenAi, Settings};
+use todod_e2e::mock_openai::{
+    expected_content, expected_tool_calls, input_of, Dialect, MockOpenAi, MockTokenIds, Settings,
+};
+use todod_e2e::mock_token_ids;
 use todod_e2e::parquet_rows::read_parquet;
 use todod_e2e::rng::TestRng;
 use todod_e2e::{
-    assert_kill_floor, create_phase, kill_repeatedly, proto, wait_task, Client, RealDaemon,
-    TestDaemon,
+    assert_kill_floor, create_phase, kill_repeatedly, proto, wait_task, RealDaemon, TestDaemon,
 };
+use todod_e2e::{json_lines, result_of, run_phase_to_end};
 use todod_format::chat_template::{ChatTemplate, Clock, RenderInput};
 use todod_format::tokenizer::Tokenizer;
-
-fn lines(path: &Path) -> Vec<Value> {
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
-}
-
-async fn run_phase(c: &mut Client, plan: &str, kind: &str, spec: &Value) -> proto::Task {
-    let id = create_phase(c, plan, kind, &spec.to_string(), &[])
-        .await
-        .unwrap_or_else(|e| panic!("create {plan}: {e}"));
-    wait_task(c, plan, &id, |t| {
-        ["completed", "failed"].contains(&t.status.as_str())
-    })
-    .await
-}
-
-fn result(task: &proto::Task) -> Value {
-    serde_json::from_str(&task.result_json).unwrap_or(Value::Null)
-}
 
 /// The special tokens and clock transformers rendered the fixtures with.
 fn fixture_render(template: &str, tool_arguments: &str) -> Value {
@@ -72,7 +53,7 @@ async fn every_agentic_rendering_comes_out_of_the_adaptation_phase_byte_for_byte
     let daemon = TestDaemon::start().await;
     let mut c = daemon.client().await;
     let dir = tempfile::tempdir().unwrap();
-    let rows = lines(&fixture("prompts/tool_use_rendered.jsonl"));
+    let rows = json_lines(&fixture("prompts/tool_use_rendered.jsonl"));
     let mut by_template: HashMap<String, Vec<&Value>> = HashMap::new();
     for row in &rows {
         by_template
@@ -82,7 +63,7 @@ async fn every_agentic_rendering_comes_out_of_the_adaptation_phase_byte_for_byte
     }
     assert_eq!(by_template.len(), 8);
     // Rejects name their line.
-    let ids: Vec<String> = lines(&fixture("prompts/tool_use.jsonl"))
+    let ids: Vec<String> = json_lines(&fixture("prompts/tool_use.jsonl"))
         .iter()
         .map(|l| l["id"].as_str().unwrap().to_string())
         .collect();
@@ -98,9 +79,9 @@ async fn every_agentic_rendering_comes_out_of_the_adaptation_phase_byte_for_byte
             json!({"input": fixture("prompts/tool_use.jsonl"), "output": output,
                    "rejects": rejects, "output_format": "rendered", "threads": 2}),
         );
-        let task = run_phase(&mut c, name, "prompt_adaptation", &spec).await;
+        let task = run_phase_to_end(&mut c, name, "prompt_adaptation", &spec).await;
         assert_eq!(task.status, "completed", "{name}: {}", task.error);
-        let written: HashMap<String, String> = lines(&output)
+        let written: HashMap<String, String> = json_lines(&output)
             .into_iter()
             .map(|l| {
                 (
@@ -109,7 +90,7 @@ async fn every_agentic_rendering_comes_out_of_the_adaptation_phase_byte_for_byte
                 )
             })
             .collect();
-        let refused: HashMap<String, String> = lines(&rejects)
+        let refused: HashMap<String, String> = json_lines(&rejects)
             .into_iter()
             .map(|r| {
                 let line = r["line"].as_u64().unwrap() as usize;
@@ -144,7 +125,7 @@ async fn every_agentic_rendering_comes_out_of_the_adaptation_phase_byte_for_byte
         }
         assert_eq!(written.len(), rendered, "{name}: nothing else written");
         assert_eq!(refused.len(), raised, "{name}: nothing else refused");
-        let result = result(&task);
+        let result = result_of(&task);
         assert_eq!(result["records"], rendered as u64, "{name}");
         assert_eq!(result["rejected"], raised as u64, "{name}");
         assert_eq!(result["tools"]["records_with_tools"], rendered as u64);
@@ -153,7 +134,7 @@ async fn every_agentic_rendering_comes_out_of_the_adaptation_phase_byte_for_byte
 
 /// The set's prompts (those that end with a user or tool turn).
 fn prompts_of_the_set() -> Vec<Value> {
-    lines(&fixture("prompts/tool_use.jsonl"))
+    json_lines(&fixture("prompts/tool_use.jsonl"))
         .into_iter()
         .filter(|l| l["messages"].as_array().unwrap().last().unwrap()["role"] != "assistant")
         .collect()
@@ -185,7 +166,7 @@ async fn prompts_keep_their_tools_and_calls_in_messages_and_batch_output() {
     write_lines(&input, &asked);
     let keep = json!({"input": input, "system_prompt": {"policy": "keep"}, "threads": 2});
     let messages_out = dir.path().join("messages.jsonl");
-    let task = run_phase(
+    let task = run_phase_to_end(
         &mut c,
         "messages",
         "prompt_adaptation",
@@ -193,7 +174,7 @@ async fn prompts_keep_their_tools_and_calls_in_messages_and_batch_output() {
     )
     .await;
     assert_eq!(task.status, "completed", "{}", task.error);
-    let written = lines(&messages_out);
+    let written = json_lines(&messages_out);
     assert_eq!(
         written, asked,
         "messages output is the prompts as they came"
@@ -204,12 +185,12 @@ async fn prompts_keep_their_tools_and_calls_in_messages_and_batch_output() {
         .filter_map(|m| m["tool_calls"].as_array())
         .map(Vec::len)
         .sum();
-    let result = result(&task);
+    let result = result_of(&task);
     assert_eq!(result["tools"]["tool_calls"], calls as u64);
     assert_eq!(result["tools"]["records_with_tools"], asked.len() as u64);
 
     let batch_out = dir.path().join("batch.jsonl");
-    let task = run_phase(
+    let task = run_phase_to_end(
         &mut c,
         "batch",
         "prompt_adaptation",
@@ -221,7 +202,7 @@ async fn prompts_keep_their_tools_and_calls_in_messages_and_batch_output() {
     )
     .await;
     assert_eq!(task.status, "completed", "{}", task.error);
-    let batch = lines(&batch_out);
+    let batch = json_lines(&batch_out);
     assert_eq!(batch.len(), asked.len());
     for (line, prompt) in batch.iter().zip(&asked) {
         assert_eq!(line["custom_id"], prompt["id"]);
@@ -306,7 +287,7 @@ async fn bad_agentic_lines_are_rejects_with_their_reason_and_the_rest_goes_throu
     let (good, bad) = good_and_bad_agentic_lines();
     let input = write_mixed(dir.path(), &good, &bad);
     let output = dir.path().join("out.jsonl");
-    let task = run_phase(
+    let task = run_phase_to_end(
         &mut c,
         "mixed",
         "prompt_adaptation",
@@ -315,17 +296,17 @@ async fn bad_agentic_lines_are_rejects_with_their_reason_and_the_rest_goes_throu
     )
     .await;
     assert_eq!(task.status, "completed", "{}", task.error);
-    assert_eq!(lines(&output), good, "the good lines, unchanged");
-    let rejects = lines(&dir.path().join("out.jsonl.rejects.jsonl"));
+    assert_eq!(json_lines(&output), good, "the good lines, unchanged");
+    let rejects = json_lines(&dir.path().join("out.jsonl.rejects.jsonl"));
     assert_eq!(rejects.len(), bad.len(), "{rejects:#?}");
-    let input_lines = lines(&input);
+    let input_lines = json_lines(&input);
     for (reject, (line, words)) in rejects.iter().zip(&bad) {
         let number = reject["line"].as_u64().unwrap() as usize;
         assert_eq!(input_lines[number - 1]["id"], line["id"]);
         let reason = reject["reason"].as_str().unwrap();
         assert!(reason.contains(words), "{}: {reason}", line["id"]);
     }
-    assert_eq!(result(&task)["rejected"], bad.len() as u64);
+    assert_eq!(result_of(&task)["rejected"], bad.len() as u64);
 }
 
 /// A generation of `prompts` (in `dir/prompts.jsonl`) against `url`.
@@ -395,7 +376,7 @@ fn check_records(out: &[Value], prompts: &[Value]) -> (u64, u64, u64) {
 }
 
 fn assert_counts(task: &proto::Task, counts: (u64, u64, u64)) {
-    let result = result(task);
+    let result = result_of(task);
     assert_eq!(result["records"], counts.0, "{result}");
     assert_eq!(result["tool_call_finishes"], counts.1, "{result}");
     assert_eq!(result["tool_calls"], counts.2, "{result}");
@@ -419,7 +400,7 @@ async fn a_generation_keeps_the_tool_calls_it_is_answered_with_streamed_or_not()
         let dir = tempfile::tempdir().unwrap();
         write_lines(&dir.path().join("prompts.jsonl"), &prompts);
         let plan = format!("gen-stream-{stream}");
-        let task = run_phase(
+        let task = run_phase_to_end(
             &mut c,
             &plan,
             "generation",
@@ -427,7 +408,7 @@ async fn a_generation_keeps_the_tool_calls_it_is_answered_with_streamed_or_not()
         )
         .await;
         assert_eq!(task.status, "completed", "{}", task.error);
-        let out = lines(&dir.path().join("out.jsonl"));
+        let out = json_lines(&dir.path().join("out.jsonl"));
         let counts = check_records(&out, &prompts);
         assert_eq!(counts.1 as usize, prompts.len() - 2, "stream {stream}");
         assert!(counts.2 > counts.1, "parallel calls among them");
@@ -455,7 +436,7 @@ async fn bad_agentic_prompts_are_rejected_before_any_request() {
     let (good, bad) = good_and_bad_agentic_lines();
     let input = write_mixed(dir.path(), &good, &bad);
     std::fs::rename(&input, dir.path().join("prompts.jsonl")).unwrap();
-    let task = run_phase(
+    let task = run_phase_to_end(
         &mut c,
         "gen-bad",
         "generation",
@@ -463,9 +444,9 @@ async fn bad_agentic_prompts_are_rejected_before_any_request() {
     )
     .await;
     assert_eq!(task.status, "completed", "{}", task.error);
-    check_records(&lines(&dir.path().join("out.jsonl")), &good);
+    check_records(&json_lines(&dir.path().join("out.jsonl")), &good);
     assert_eq!(mock.requests(), good.len(), "no request for a bad line");
-    let rejects = lines(&dir.path().join("out.jsonl.rejects.jsonl"));
+    let rejects = json_lines(&dir.path().join("out.jsonl.rejects.jsonl"));
     assert_eq!(rejects.len(), bad.len());
     for (reject, (line, words)) in rejects.iter().zip(&bad) {
         let reason = reject["reason"].as_str().unwrap();
@@ -481,6 +462,10 @@ async fn tool_call_records_are_written_exactly_once_under_kill_9() {
     let mock = MockOpenAi::start(Settings {
         latency: Duration::from_millis(40),
         keep_bodies: false,
+        // The ids it generated too: the result's count of records that kept
+        // them is held against the file after the kills.
+        dialect: Dialect::Vllm,
+        token_ids: Some(MockTokenIds::Hermes),
         ..Settings::default()
     })
     .await;
@@ -522,8 +507,38 @@ async fn tool_call_records_are_written_exactly_once_under_kill_9() {
         task.error,
         rng.replay()
     );
-    let counts = check_records(&lines(&dir.path().join("out.jsonl")), &prompts);
+    let records = json_lines(&dir.path().join("out.jsonl"));
+    let counts = check_records(&records, &prompts);
     assert_counts(&task, counts);
+    // Every record kept the ids the mock generated for it, and the result
+    // counts exactly the records of the file that hold them.
+    let by_id: HashMap<&str, &Value> = prompts
+        .iter()
+        .map(|p| (p["id"].as_str().unwrap(), p))
+        .collect();
+    for record in &records {
+        let body = body_of(by_id[record["id"].as_str().unwrap()]);
+        let text = mock_token_ids::generated_text(
+            &expected_content(&input_of(&body)),
+            &expected_tool_calls(&body),
+            MockTokenIds::Hermes,
+        );
+        assert_eq!(
+            record["token_ids"],
+            json!(mock_token_ids::generated_ids(&text)),
+            "{}",
+            record["id"]
+        );
+    }
+    let kept = &result_of(&task)["token_ids"];
+    let with_ids = records.iter().filter(|r| r["token_ids"].is_array()).count();
+    assert_eq!(kept["records_with_ids"], with_ids, "{kept}");
+    assert_eq!(kept["records_with_ids"], records.len(), "{kept}");
+    let with_hash = records
+        .iter()
+        .filter(|r| r["prompt_token_ids"].is_object())
+        .count();
+    assert_eq!(kept["with_prompt_hash"], with_hash, "{kept}");
     println!("{kills} kills, {} tool-call records, each once", counts.1);
 }
 
@@ -576,7 +591,7 @@ async fn training_conversations_train_on_their_tool_calls_and_never_on_tool_resu
     let daemon = TestDaemon::start().await;
     let mut c = daemon.client().await;
     let dir = tempfile::tempdir().unwrap();
-    let training: Vec<Value> = lines(&fixture("prompts/tool_use.jsonl"))
+    let training: Vec<Value> = json_lines(&fixture("prompts/tool_use.jsonl"))
         .into_iter()
         .filter(|l| l["messages"].as_array().unwrap().last().unwrap()["role"] == "assistant")
         .collect();
@@ -585,7 +600,7 @@ async fn training_conversations_train_on_their_tool_calls_and_never_on_tool_resu
     write_lines(&input, &training);
     // transformers' renderings of the whole conversations: what the tokens
     // must be of.
-    let golden: HashMap<String, String> = lines(&fixture("prompts/tool_use_rendered.jsonl"))
+    let golden: HashMap<String, String> = json_lines(&fixture("prompts/tool_use_rendered.jsonl"))
         .into_iter()
         .filter(|r| r["template"] == QWEN3)
         .filter_map(|r| {
@@ -599,11 +614,11 @@ async fn training_conversations_train_on_their_tool_calls_and_never_on_tool_resu
     let spec = json!({"input": input, "tokenizer": fixture("smollm2"), "output_prefix": prefix,
         "chat_template": fixture(&format!("chat_templates/{QWEN3}")),
         "mode": "conversation", "train_on": "all", "formats": ["parquet"], "threads": 2});
-    let task = run_phase(&mut c, "tok", "tokenization", &spec).await;
+    let task = run_phase_to_end(&mut c, "tok", "tokenization", &spec).await;
     assert_eq!(task.status, "completed", "{}", task.error);
     let rows = read_parquet(&PathBuf::from(format!("{}.parquet", prefix.display())));
     assert_eq!(rows.len(), training.len());
-    assert_eq!(result(&task)["records"], training.len() as u64);
+    assert_eq!(result_of(&task)["records"], training.len() as u64);
     let tokenizer = smollm2();
     let (mut with_calls, mut trained_total) = (0, 0);
     for ((id, input_ids, _, labels), conversation) in rows.iter().zip(&training) {
@@ -674,7 +689,7 @@ async fn training_conversations_train_on_their_tool_calls_and_never_on_tool_resu
         trained_total += labels.iter().filter(|&&l| l != -100).count();
     }
     assert!(with_calls > 0, "some conversations end with a tool call");
-    assert_eq!(result(&task)["trained_tokens"], trained_total as u64);
+    assert_eq!(result_of(&task)["trained_tokens"], trained_total as u64);
 }
 
 /// Renders `messages` (+ `tools`) with the fixture template as the
@@ -707,7 +722,7 @@ async fn an_agentic_set_goes_through_adaptation_generation_and_tokenization_inta
     // The whole set: the adaptation drops the trailing assistant turns of
     // the training conversations, so every line becomes a prompt.
     let prompts = dir.path().join("prompts.jsonl");
-    let adapted = run_phase(
+    let adapted = run_phase_to_end(
         &mut c,
         "adapt",
         "prompt_adaptation",
@@ -716,9 +731,9 @@ async fn an_agentic_set_goes_through_adaptation_generation_and_tokenization_inta
     )
     .await;
     assert_eq!(adapted.status, "completed", "{}", adapted.error);
-    let set = lines(&prompts);
+    let set = json_lines(&prompts);
     assert_eq!(set.len(), 200);
-    let generated = run_phase(
+    let generated = run_phase_to_end(
         &mut c,
         "gen",
         "generation",
@@ -726,14 +741,14 @@ async fn an_agentic_set_goes_through_adaptation_generation_and_tokenization_inta
     )
     .await;
     assert_eq!(generated.status, "completed", "{}", generated.error);
-    let records = lines(&dir.path().join("out.jsonl"));
+    let records = json_lines(&dir.path().join("out.jsonl"));
     let counts = check_records(&records, &set);
     assert_eq!(
         counts.1, 200,
         "every prompt offers tools: every answer is a call"
     );
     let prefix = dir.path().join("tok");
-    let tokenized = run_phase(
+    let tokenized = run_phase_to_end(
         &mut c,
         "tok",
         "tokenization",
@@ -743,7 +758,7 @@ async fn an_agentic_set_goes_through_adaptation_generation_and_tokenization_inta
     )
     .await;
     assert_eq!(tokenized.status, "completed", "{}", tokenized.error);
-    assert_eq!(result(&tokenized)["records"], 200);
+    assert_eq!(result_of(&tokenized)["records"], 200);
     let rows = read_parquet(&PathBuf::from(format!("{}.parquet", prefix.display())));
     let by_id: HashMap<&str, &Value> = records
         .iter()

@@ -13,31 +13,10 @@ use todod_e2e::mock_openai::{
     expected_content, expected_tool_calls, Dialect, Fault, MockOpenAi, MockTokenIds, Settings,
 };
 use todod_e2e::mock_token_ids as ids;
-use todod_e2e::{create_phase, proto, wait_task, Client, TestDaemon};
+use todod_e2e::{create_phase, Client, TestDaemon};
+use todod_e2e::{json_lines, result_of, run_phase_to_end};
 
 const HERMES: &str = "chat_templates/NousResearch-Hermes-3-Llama-3.1-8B-tool_use.jinja";
-
-fn lines(path: &Path) -> Vec<Value> {
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
-}
-
-async fn run_phase(c: &mut Client, plan: &str, kind: &str, spec: &Value) -> proto::Task {
-    let id = create_phase(c, plan, kind, &spec.to_string(), &[])
-        .await
-        .unwrap_or_else(|e| panic!("create {plan}: {e}"));
-    wait_task(c, plan, &id, |t| {
-        ["completed", "failed"].contains(&t.status.as_str())
-    })
-    .await
-}
-
-fn result(task: &proto::Task) -> Value {
-    serde_json::from_str(&task.result_json).unwrap_or(Value::Null)
-}
 
 /// `n` prompts offering a tool (the Hermes tool-use template wants
 /// tools), every other one with `tool_choice: "none"`: the mock answers
@@ -99,7 +78,7 @@ async fn generated_ids_are_kept_streamed_or_not_and_the_training_tokens_equal_th
     let prompts = write_prompts(&dir.path().join("prompts.jsonl"), 40);
     for stream in [false, true] {
         let name = if stream { "streamed" } else { "whole" };
-        let task = run_phase(
+        let task = run_phase_to_end(
             &mut c,
             name,
             "generation",
@@ -107,7 +86,7 @@ async fn generated_ids_are_kept_streamed_or_not_and_the_training_tokens_equal_th
         )
         .await;
         assert_eq!(task.status, "completed", "{name}: {}", task.error);
-        let kept = &result(&task)["token_ids"];
+        let kept = &result_of(&task)["token_ids"];
         assert_eq!(kept["records_with_ids"], 40, "{name}: {kept}");
         assert_eq!(kept["with_prompt_hash"], 40, "{name}");
         assert_eq!(kept["incomplete"], 0, "{name}");
@@ -115,7 +94,7 @@ async fn generated_ids_are_kept_streamed_or_not_and_the_training_tokens_equal_th
             kept["endpoints"][&mock.url], "vllm: asked",
             "{name}: {kept}"
         );
-        let records = lines(&dir.path().join(format!("{name}.jsonl")));
+        let records = json_lines(&dir.path().join(format!("{name}.jsonl")));
         assert_eq!(records.len(), 40);
         for record in &records {
             let prompt = &prompts[record["id"].as_str().unwrap()[1..]
@@ -143,7 +122,7 @@ async fn generated_ids_are_kept_streamed_or_not_and_the_training_tokens_equal_th
             20
         );
 
-        let tokens = run_phase(
+        let tokens = run_phase_to_end(
             &mut c,
             &format!("tok-{name}"),
             "tokenization",
@@ -158,9 +137,9 @@ async fn generated_ids_are_kept_streamed_or_not_and_the_training_tokens_equal_th
             "completed",
             "{name}: {} {:?}",
             tokens.error,
-            lines(&dir.path().join(format!("tok-{name}.rejects.jsonl"))).first()
+            json_lines(&dir.path().join(format!("tok-{name}.rejects.jsonl"))).first()
         );
-        let drift = &result(&tokens)["drift"];
+        let drift = &result_of(&tokens)["drift"];
         assert_eq!(drift["checked"], 40, "{name}: {drift}");
         assert_eq!(drift["differing"], 0, "{name}: {drift}");
         assert_eq!(drift["examples"], json!([]), "{name}");
@@ -186,7 +165,7 @@ async fn a_planted_drift_is_counted_and_shown_and_fails_the_run_past_max_drift_s
     let mut c = daemon.client().await;
     let dir = tempfile::tempdir().unwrap();
     let prompts = write_prompts(&dir.path().join("prompts.jsonl"), 40);
-    let task = run_phase(
+    let task = run_phase_to_end(
         &mut c,
         "gen",
         "generation",
@@ -196,7 +175,7 @@ async fn a_planted_drift_is_counted_and_shown_and_fails_the_run_past_max_drift_s
     assert_eq!(task.status, "completed", "{}", task.error);
     let output = dir.path().join("out.jsonl");
 
-    let tokens = run_phase(
+    let tokens = run_phase_to_end(
         &mut c,
         "tok",
         "tokenization",
@@ -204,7 +183,7 @@ async fn a_planted_drift_is_counted_and_shown_and_fails_the_run_past_max_drift_s
     )
     .await;
     assert_eq!(tokens.status, "completed", "{}", tokens.error);
-    let drift = &result(&tokens)["drift"];
+    let drift = &result_of(&tokens)["drift"];
     // The answers with tool calls were generated as {"query":"..."}, the
     // template writes {"query": "..."}: those 20 differ, the 20 plain
     // answers do not.
@@ -245,7 +224,7 @@ async fn a_planted_drift_is_counted_and_shown_and_fails_the_run_past_max_drift_s
 
     let mut strict = tokenization(&output, &dir.path().join("tok-strict"));
     strict["max_drift_share"] = json!(0.25);
-    let failed = run_phase(&mut c, "tok-strict", "tokenization", &strict).await;
+    let failed = run_phase_to_end(&mut c, "tok-strict", "tokenization", &strict).await;
     assert_eq!(failed.status, "failed");
     assert!(
         failed.error.contains("20 of 40 records (50.0 %)")
@@ -288,7 +267,7 @@ async fn a_planted_drift_is_counted_and_shown_and_fails_the_run_past_max_drift_s
 
     let mut lenient = tokenization(&output, &dir.path().join("tok-lenient"));
     lenient["max_drift_share"] = json!(0.5);
-    let passed = run_phase(&mut c, "tok-lenient", "tokenization", &lenient).await;
+    let passed = run_phase_to_end(&mut c, "tok-lenient", "tokenization", &lenient).await;
     assert_eq!(passed.status, "completed", "{}", passed.error);
 }
 
@@ -304,9 +283,9 @@ async fn parquet_of(
     let mut spec = tokenization(input, &prefix);
     spec["answer_ids"] = json!(answer_ids);
     spec["formats"] = json!(["megatron", "parquet"]);
-    let task = run_phase(c, &format!("tok-{name}"), "tokenization", &spec).await;
+    let task = run_phase_to_end(c, &format!("tok-{name}"), "tokenization", &spec).await;
     assert_eq!(task.status, "completed", "{name}: {}", task.error);
-    let from_generated = &result(&task)["answers_from_generated_ids"];
+    let from_generated = &result_of(&task)["answers_from_generated_ids"];
     let manifest: Value = serde_json::from_str(
         &std::fs::read_to_string(format!("{}.manifest.json", prefix.display())).unwrap(),
     )
@@ -346,7 +325,7 @@ async fn a_server_of_another_kind_is_not_asked_and_off_asks_nothing() {
     let mut c = daemon.client().await;
     let dir = tempfile::tempdir().unwrap();
     write_prompts(&dir.path().join("prompts.jsonl"), 6);
-    let task = run_phase(
+    let task = run_phase_to_end(
         &mut c,
         "auto",
         "generation",
@@ -354,24 +333,24 @@ async fn a_server_of_another_kind_is_not_asked_and_off_asks_nothing() {
     )
     .await;
     assert_eq!(task.status, "completed", "{}", task.error);
-    let kept = &result(&task)["token_ids"];
+    let kept = &result_of(&task)["token_ids"];
     assert_eq!(kept["records_with_ids"], 0, "{kept}");
     let how = kept["endpoints"][&mock.url].as_str().unwrap();
     assert!(
         how.starts_with("other: not asked") && how.contains("\"mock\""),
         "{how}"
     );
-    assert!(lines(&dir.path().join("auto.jsonl"))
+    assert!(json_lines(&dir.path().join("auto.jsonl"))
         .iter()
         .all(|r| r.get("token_ids").is_none()));
     assert_eq!(mock.model_lists(), 1);
 
     let mut off = generation(dir.path(), &mock.url, true, "off");
     off["token_ids"] = json!("off");
-    let task = run_phase(&mut c, "off", "generation", &off).await;
+    let task = run_phase_to_end(&mut c, "off", "generation", &off).await;
     assert_eq!(task.status, "completed", "{}", task.error);
     assert!(
-        result(&task).get("token_ids").is_none(),
+        result_of(&task).get("token_ids").is_none(),
         "{}",
         task.result_json
     );
@@ -385,7 +364,7 @@ async fn a_server_of_another_kind_is_not_asked_and_off_asks_nothing() {
     // and says why.
     let mut held = tokenization(&dir.path().join("auto.jsonl"), &dir.path().join("tok-held"));
     held["max_drift_share"] = json!(0.1);
-    let failed = run_phase(&mut c, "tok-held", "tokenization", &held).await;
+    let failed = run_phase_to_end(&mut c, "tok-held", "tokenization", &held).await;
     assert_eq!(failed.status, "failed");
     assert!(
         failed.error.contains("no record kept the ids"),
@@ -402,9 +381,9 @@ async fn a_server_of_another_kind_is_not_asked_and_off_asks_nothing() {
     .await;
     let mut mixed = generation(dir.path(), &mock.url, false, "mixed");
     mixed["endpoints"] = json!([vllm.url, mock.url]);
-    let task = run_phase(&mut c, "mixed", "generation", &mixed).await;
+    let task = run_phase_to_end(&mut c, "mixed", "generation", &mixed).await;
     assert_eq!(task.status, "completed", "{}", task.error);
-    let kept = &result(&task)["token_ids"];
+    let kept = &result_of(&task)["token_ids"];
     assert_eq!(kept["records_with_ids"], 0, "{kept}");
     let how = kept["endpoints"][&vllm.url].as_str().unwrap();
     assert!(
@@ -461,7 +440,7 @@ async fn each_dialect_lands_its_reasoning_and_ids_in_the_records() {
         for stream in [false, true] {
             let name = format!("{dialect:?}-{stream}").to_lowercase();
             mock.push(std::iter::repeat_n(Fault::Reasoning, prompts.len()));
-            let task = run_phase(
+            let task = run_phase_to_end(
                 &mut c,
                 &name,
                 "generation",
@@ -469,9 +448,9 @@ async fn each_dialect_lands_its_reasoning_and_ids_in_the_records() {
             )
             .await;
             assert_eq!(task.status, "completed", "{name}: {}", task.error);
-            let result = result(&task);
+            let result = result_of(&task);
             assert_eq!(result["failed"], 0, "{name}: {result}");
-            let records = lines(&dir.path().join(format!("{name}.jsonl")));
+            let records = json_lines(&dir.path().join(format!("{name}.jsonl")));
             assert_eq!(records.len(), prompts.len(), "{name}");
             for record in &records {
                 let prompt = &prompts[record["id"].as_str().unwrap()[1..]

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use serde_json::Value;
 use tempfile::TempDir;
 use todod::proto::todos_client::TodosClient;
 use todod::server::{self, Listeners, Options};
@@ -505,6 +506,32 @@ pub async fn create_phase(
 
 /// Creates plan `plan` (if needed) and a generation task in it; returns its id.
 /// Applies a plan file; the ids of its steps' tasks, in graph order.
+/// Creates a phase task of `kind` with `spec` in `plan` and waits until it
+/// has completed or failed.
+pub async fn run_phase_to_end(c: &mut Client, plan: &str, kind: &str, spec: &Value) -> proto::Task {
+    let id = create_phase(c, plan, kind, &spec.to_string(), &[])
+        .await
+        .unwrap_or_else(|e| panic!("create {plan}: {e}"));
+    wait_task(c, plan, &id, |t| {
+        ["completed", "failed"].contains(&t.status.as_str())
+    })
+    .await
+}
+
+/// A task's result as JSON (`null` when it has none).
+pub fn result_of(task: &proto::Task) -> Value {
+    serde_json::from_str(&task.result_json).unwrap_or(Value::Null)
+}
+
+/// The JSON lines of a file (none when it is missing).
+pub fn json_lines(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
 pub async fn apply_plan(c: &mut Client, toml: &str) -> Vec<String> {
     c.apply_pipeline(proto::ApplyPipelineRequest {
         spec_toml: toml.to_string(),

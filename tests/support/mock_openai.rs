@@ -463,14 +463,7 @@ async fn serve(
         // Not a completion: not counted.
         state.model_lists.fetch_add(1, Ordering::SeqCst);
         let body = ids::models_body("mock-model", settings.dialect);
-        let head = format!(
-            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\
-             connection: close\r\n\r\n",
-            body.len()
-        );
-        stream.write_all(head.as_bytes()).await?;
-        stream.write_all(body.as_bytes()).await?;
-        return stream.shutdown().await;
+        return write_json(&mut stream, "200 OK", &body).await;
     }
     // Not counted from the last write on: the client may send its next
     // request as soon as it has read it, before this task drops the count.
@@ -591,16 +584,8 @@ async fn serve(
     let asked = request.body["return_token_ids"] == true;
     if asked && settings.dialect == Dialect::Sglang && streamed && chat {
         let body = json!({"object": "error", "type": "BadRequestError", "code": 400,
-            "message": "return_token_ids is not supported for streaming chat completions"})
-        .to_string();
-        let head = format!(
-            "HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\n\
-             content-length: {}\r\nconnection: close\r\n\r\n",
-            body.len()
-        );
-        stream.write_all(head.as_bytes()).await?;
-        stream.write_all(body.as_bytes()).await?;
-        return stream.shutdown().await;
+            "message": "return_token_ids is not supported for streaming chat completions"});
+        return write_json(&mut stream, "400 Bad Request", &body.to_string()).await;
     }
     let token_ids = settings
         .token_ids
@@ -805,15 +790,7 @@ async fn answer_with_calls(
         if let Some((dialect, prompt, generated)) = &token_ids {
             ids::put_whole(&mut answer, *dialect, prompt, generated);
         }
-        let body = answer.to_string();
-        let head = format!(
-            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\
-             connection: close\r\n\r\n",
-            body.len()
-        );
-        stream.write_all(head.as_bytes()).await?;
-        stream.write_all(body.as_bytes()).await?;
-        return stream.shutdown().await;
+        return write_json(stream, "200 OK", &answer.to_string()).await;
     }
     let chunk = |delta: Value, finish: Value| {
         format!(
@@ -866,6 +843,19 @@ async fn answer_with_calls(
     for event in events {
         stream.write_all(event.as_bytes()).await?;
     }
+    stream.shutdown().await
+}
+
+/// A whole JSON answer with `status` (`"200 OK"`), and the connection
+/// closed.
+async fn write_json(stream: &mut TcpStream, status: &str, body: &str) -> std::io::Result<()> {
+    let head = format!(
+        "HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\
+         connection: close\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).await?;
+    stream.write_all(body.as_bytes()).await?;
     stream.shutdown().await
 }
 
