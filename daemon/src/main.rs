@@ -107,6 +107,18 @@ struct Args {
     )]
     secret_env: Vec<String>,
 
+    /// A program that a spec's `servers` may start (repeatable): an
+    /// inference server such as vllm, sglang's python or llama-server, by
+    /// path or by name in PATH. No program is allowed unless named here; a
+    /// spec naming another is refused (PERMISSION_DENIED).
+    #[arg(
+        long = "allow-server-command",
+        value_name = "PROGRAM",
+        env = "TODOD_ALLOW_SERVER_COMMANDS",
+        value_delimiter = ':'
+    )]
+    allow_server_commands: Vec<PathBuf>,
+
     /// Log format: "text" or "json". Filter with RUST_LOG (default: info).
     #[arg(long, env = "TODOD_LOG_FORMAT", default_value = "text")]
     log_format: String,
@@ -322,7 +334,9 @@ async fn daemon() -> anyhow::Result<()> {
         }
     }
     let bounds = Boundaries::new(Some(&state_dir), &args.data_roots, args.secret_env.clone())
-        .context("--data-root: every data root must be an existing directory")?;
+        .context("--data-root: every data root must be an existing directory")?
+        .allowing_server_commands(&args.allow_server_commands)
+        .map_err(|e| anyhow::anyhow!("--allow-server-command {e}"))?;
 
     let mut listeners = Listeners::default();
     let mut token = None;

@@ -309,12 +309,22 @@ async fn serve(
     // Phase runs go on beside the API and stop with it, resumable.
     let gates = todod_engine::phase::gate::Gates::default();
     let run_id = runtime::new_run_id();
+    // The inference servers specs ask the daemon to run: their logs and pid
+    // records in the state directory, where the next daemon looks for what
+    // a killed one left running.
+    let server_dir = match &options.bounds.state_dir {
+        Some(state) => state.join("servers"),
+        None => std::env::temp_dir().join(format!("todod-servers-{run_id}")),
+    };
+    let inference_servers =
+        todod_engine::phase::servers::Servers::new(PhaseStore::new(store.clone()), server_dir);
     let settings = runtime::Settings {
         run_id: run_id.clone(),
         fs: options.fs.clone().unwrap_or_else(|| Arc::new(RealFs)),
         bounds,
         gates: gates.clone(),
         telemetry: options.telemetry.clone(),
+        servers: inference_servers.clone(),
     };
     let workers = tokio::spawn(runtime::run(
         PhaseStore::new(store.clone()),
@@ -394,6 +404,7 @@ async fn serve(
                 None => {
                     let _ = workers.await;
                     let _ = scheduler.await;
+                    inference_servers.stop_all().await;
                     return Ok(());
                 }
             },
@@ -402,6 +413,7 @@ async fn serve(
                 servers.abort_all();
                 workers.abort();
                 scheduler.abort();
+                inference_servers.stop_all().await;
                 return Ok(());
             }
         }

@@ -7,6 +7,11 @@ pub enum Error {
     #[error("{field}: {reason}")]
     Invalid { field: String, reason: String },
 
+    /// The operator has not allowed what the request asks (a program for
+    /// the daemon to start); `field` names where it asks it.
+    #[error("{field}: {reason}")]
+    NotAllowed { field: String, reason: String },
+
     #[error("{what} {id} not found")]
     NotFound { what: &'static str, id: String },
 
@@ -139,6 +144,10 @@ impl Error {
                 field: rename(&field),
                 path,
                 why,
+            },
+            Error::NotAllowed { field, reason } => Error::NotAllowed {
+                field: rename(&field),
+                reason,
             },
             other => other,
         }

@@ -64,6 +64,12 @@ impl super::Store {
         self.note(task, "forked", attempt, reason).await
     }
 
+    /// Records what happened to server `name`, which `task` uses (started,
+    /// ready, exited, restarting, given up, stopped), in its history.
+    pub async fn note_server(&self, task: TaskId, name: &str, what: &str) -> Result<(), Error> {
+        self.note(task, "server", name, what.to_string()).await
+    }
+
     /// Records one event of the daemon's own on `task`, in a write of its own.
     async fn note(
         &self,

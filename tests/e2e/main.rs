@@ -37,6 +37,7 @@ mod postgres;
 mod record_pipeline;
 mod schedule;
 mod self_contained;
+mod servers;
 mod several_daemons;
 mod sharded;
 mod status_page;

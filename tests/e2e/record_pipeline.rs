@@ -132,12 +132,16 @@ async fn bench(lines: usize) -> (Bench, Vec<i64>) {
         attempt,
         shard: None,
         spec: "{}".into(),
-        store: PhaseStore::new(store),
+        store: PhaseStore::new(store.clone()),
         stop,
         fs: Arc::new(fs.clone()) as SharedFs,
         bounds: Arc::new(Boundaries::default()),
         gates: Default::default(),
         telemetry: Default::default(),
+        servers: todod_engine::phase::servers::Servers::new(
+            PhaseStore::new(store),
+            dir.path().join("servers"),
+        ),
     };
     let bench = Bench {
         out: PathBuf::from("/lossy/out.jsonl"),

@@ -59,6 +59,7 @@ impl ToStatus for Rule {
     fn to_status(self) -> Status {
         let code = match &self {
             Rule::Invalid { .. } => Code::InvalidArgument,
+            Rule::NotAllowed { .. } => Code::PermissionDenied,
             Rule::NotFound { .. } => Code::NotFound,
             Rule::AlreadyExists { .. } => Code::AlreadyExists,
             Rule::IllegalTransition { .. }

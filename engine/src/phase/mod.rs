@@ -33,6 +33,7 @@ pub(crate) mod reach;
 pub mod record_pipeline;
 pub mod runtime;
 pub(crate) mod sample;
+pub mod servers;
 pub(crate) mod shards;
 pub mod spec;
 pub mod state;
@@ -69,6 +70,8 @@ pub struct RunContext {
     pub gates: gate::Gates,
     /// Where the run's requests and commits are counted for `/metrics`.
     pub telemetry: todod_telemetry::Telemetry,
+    /// The inference servers the daemon runs for specs that name one.
+    pub servers: servers::Servers,
 }
 
 /// How a run ended.

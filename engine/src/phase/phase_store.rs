@@ -133,6 +133,11 @@ impl PhaseStore {
         self.store.note_forked(task, attempt, files).await
     }
 
+    /// Something happened to server `name`, which `task` uses.
+    pub async fn note_server(&self, task: TaskId, name: &str, what: &str) -> Result<(), Error> {
+        self.store.note_server(task, name, what).await
+    }
+
     pub async fn report_progress(
         &self,
         id: TaskId,

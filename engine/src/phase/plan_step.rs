@@ -40,6 +40,9 @@ pub struct PlanFile {
     pub budget: Map<String, Value>,
     /// Each step's own section, passed to its spec as it is.
     pub options: BTreeMap<&'static str, Map<String, Value>>,
+    /// `[servers.NAME]`: the servers the daemon runs, which the endpoints
+    /// name (`server:NAME`).
+    pub servers: Map<String, Value>,
 }
 
 impl PlanFile {

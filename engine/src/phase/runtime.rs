@@ -69,6 +69,8 @@ pub struct Settings {
     pub gates: super::gate::Gates,
     /// The instruments the runs update.
     pub telemetry: todod_telemetry::Telemetry,
+    /// The inference servers the daemon runs for the runs' specs.
+    pub servers: super::servers::Servers,
 }
 
 /// A run in the table: its attempt and the switch that stops it.
@@ -298,6 +300,7 @@ async fn look(
             bounds: settings.bounds.clone(),
             gates: settings.gates.clone(),
             telemetry: settings.telemetry.clone(),
+            servers: settings.servers.clone(),
         };
         running.insert(
             unit,

@@ -37,6 +37,9 @@ pub struct Boundaries {
     /// Files an upstream task of the same pipeline will write: accepted as
     /// inputs before they exist (a pipeline is created before it runs).
     pub promised: BTreeSet<PathBuf>,
+    /// Programs a spec's `servers` may start (canonical paths), each one
+    /// allowed by the operator (`--allow-server-command`); none by default.
+    pub server_commands: BTreeSet<PathBuf>,
 }
 
 impl Boundaries {
@@ -54,7 +57,19 @@ impl Boundaries {
                 .collect::<Result<_, _>>()?,
             secret_env: secret_env.into_iter().collect(),
             promised: BTreeSet::new(),
+            server_commands: BTreeSet::new(),
         })
+    }
+
+    /// These boundaries, also allowing specs to start `programs` (each found
+    /// as a spec's would be: a bare name in PATH; made canonical).
+    pub fn allowing_server_commands(mut self, programs: &[PathBuf]) -> Result<Boundaries, String> {
+        for program in programs {
+            let found = find_program(program)
+                .ok_or_else(|| format!("{}: no such executable program", program.display()))?;
+            self.server_commands.insert(found);
+        }
+        Ok(self)
     }
 
     /// These boundaries, also accepting `paths` (outputs of upstream tasks)
@@ -102,6 +117,25 @@ impl Boundaries {
         }
         Ok(())
     }
+}
+
+/// The program's canonical path: as given when it has a '/', else the
+/// first executable of that name in PATH.
+pub fn find_program(program: &Path) -> Option<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let executable = |path: &Path| {
+        std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    let candidate = if program.components().count() > 1 || program.is_absolute() {
+        Some(program.to_path_buf())
+    } else {
+        let path = std::env::var_os("PATH")?;
+        std::env::split_paths(&path)
+            .map(|dir| dir.join(program))
+            .find(|p| executable(p))
+    }?;
+    let canonical = std::fs::canonicalize(candidate).ok()?;
+    executable(&canonical).then_some(canonical)
 }
 
 /// `spec.<path>`: the name a refusal gives a spec field.

@@ -39,8 +39,9 @@ fn refuse(path: impl Into<String>, reason: impl Into<String>) -> SpecError {
 }
 
 /// The parts of the file that are not a step's section.
-const FIXED: [&str; 8] = [
+const FIXED: [&str; 9] = [
     "plan",
+    "servers",
     "title",
     "output_dir",
     "phases",
@@ -63,6 +64,8 @@ struct RawPipeline {
     sampling: Map<String, Value>,
     #[serde(default)]
     budget: Map<String, Value>,
+    #[serde(default)]
+    servers: Map<String, Value>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -196,6 +199,7 @@ fn check(
             "is required: the server's base URLs, e.g. [\"http://127.0.0.1:8080\"]",
         ));
     }
+    let servers = check_servers(raw.servers, &endpoints, base)?;
     let dir = model
         .dir
         .map(|d| absolute(&d, "model.dir", base))
@@ -275,7 +279,46 @@ fn check(
         sampling,
         budget: raw.budget,
         options,
+        servers,
     })
+}
+
+/// `[servers.NAME]`: servers the daemon runs, which `model.endpoints` name
+/// (`"server:NAME"`); a program given by a relative path is taken from the
+/// file's folder. Whether the daemon may start it is the daemon's to say
+/// when the file is applied.
+fn check_servers(
+    mut servers: Map<String, Value>,
+    endpoints: &[String],
+    base: Option<&Path>,
+) -> Result<Map<String, Value>, SpecError> {
+    for (name, server) in servers.iter_mut() {
+        let program = server
+            .get("command")
+            .and_then(|c| c.get(0))
+            .and_then(Value::as_str)
+            .map(PathBuf::from);
+        if let Some(program) = program.filter(|p| p.is_relative() && p.components().count() > 1) {
+            let at = format!("servers.{name}.command[0]");
+            let path = absolute(&program, &at, base)?;
+            server["command"][0] = Value::String(path.display().to_string());
+        }
+    }
+    let typed: std::collections::BTreeMap<String, Value> = servers
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    crate::phase::servers::check_all(&typed, endpoints, None).map_err(|e| {
+        let text = e.to_string();
+        let (path, reason) = text.split_once(": ").unwrap_or(("servers", &text));
+        let path = path.strip_prefix("spec.").unwrap_or(path);
+        let path = match path.strip_prefix("endpoints") {
+            Some(rest) => format!("model.endpoints{rest}"),
+            None => path.to_string(),
+        };
+        refuse(path, reason.replace("spec.servers", "[servers]"))
+    })?;
+    Ok(servers)
 }
 
 /// A plan's name: what the API takes as one.

@@ -88,7 +88,7 @@ fn fixed() -> Map<String, Value> {
             "properties": {
                 "name": { "description": "The model's name on the server (the requests' `model`). Required with generation.", "type": "string", "minLength": 1 },
                 "endpoints": {
-                    "description": "The server's base URLs (OpenAI-compatible, e.g. http://127.0.0.1:8080). Required with generation.",
+                    "description": "The server's base URLs (OpenAI-compatible, e.g. http://127.0.0.1:8080), or \"server:NAME\" for a server of [servers] that the daemon runs. Required with generation.",
                     "type": "array",
                     "minItems": 1,
                     "items": { "type": "string" }
@@ -123,6 +123,28 @@ fn fixed() -> Map<String, Value> {
                 { "required": ["prompt"] }, { "required": ["stream"] }, { "required": ["n"] }
             ] }
         },
+        "servers": {
+            "description": "Inference servers the daemon starts, watches and restarts itself, each named by an endpoint (\"server:NAME\"). The daemon starts only programs its operator allowed (--allow-server-command).",
+            "type": "object",
+            "additionalProperties": {
+                "type": "object",
+                "additionalProperties": false,
+                "required": ["command"],
+                "properties": {
+                    "command": { "description": "The program (a path, relative to the file's folder, or a name in the daemon's PATH) and its arguments, as a list; {port} stands for the port the daemon picks.", "type": "array", "minItems": 1, "items": { "type": "string" } },
+                    "env": { "description": "Variables set for it ({port} filled in too).", "type": "object", "additionalProperties": { "type": "string" } },
+                    "devices": { "description": "Accelerators it uses (default 1): its hours count as this many device-hours.", "type": "integer", "minimum": 0 },
+                    "ready_timeout_seconds": { "description": "From its start until /v1/models and a one-token completion answer (default 1800).", "type": "integer", "minimum": 1 },
+                    "max_restarts": { "description": "Restarts allowed within restart_window_seconds (default 5); one more fails the tasks that use it.", "type": "integer", "minimum": 0 },
+                    "restart_window_seconds": { "description": "Default 3600.", "type": "integer", "minimum": 1 },
+                    "restart_backoff_seconds": { "description": "The first wait before a restart, doubled each next time up to 5 min (default 5).", "type": "integer", "minimum": 0 },
+                    "stop_grace_seconds": { "description": "From SIGTERM to its process group until SIGKILL (default 30).", "type": "integer", "minimum": 0 },
+                    "probe_every_seconds": { "description": "How often a ready server is asked for one token (default 30).", "type": "integer", "minimum": 1 },
+                    "probe_timeout_seconds": { "description": "A probe unanswered this long restarts it (default 120).", "type": "integer", "minimum": 1 },
+                    "keep_idle_seconds": { "description": "How long it is kept once no task uses it (default 30).", "type": "integer", "minimum": 0 }
+                }
+            }
+        },
         "budget": {
             "description": "The feasibility verdict's limits: a projection over any of them is a no-go, and the generation stays blocked.",
             "type": "object",
@@ -149,6 +171,7 @@ fn fixed() -> Map<String, Value> {
         "prompts",
         "sampling",
         "budget",
+        "servers",
     ] {
         ordered.insert(key.into(), map.remove(key).unwrap_or(Value::Null));
     }

@@ -32,7 +32,7 @@ impl Step {
         let head = field.split(['.', '[']).next().unwrap_or(field);
         match self.origins.iter().find(|(f, _)| *f == head) {
             // A table of the file: the field's path inside it goes along.
-            Some((_, origin)) if *origin == "sampling" || *origin == "budget" => {
+            Some((_, origin)) if ["sampling", "budget", "servers"].contains(origin) => {
                 format!("{origin}{}", &field[head.len()..])
             }
             Some((_, origin)) => origin.to_string(),

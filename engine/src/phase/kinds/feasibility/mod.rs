@@ -403,6 +403,11 @@ async fn run_inner(run: &RunContext, spec: FeasibilitySpec) -> Result<Ended, Str
     let Some(shape) = shape(run, &spec).await? else {
         return Ok(Ended::Stopped);
     };
+    // Servers the daemon runs for the shape are measured once ready, and
+    // kept for the whole sweep.
+    let Some((shape, _servers)) = crate::phase::kinds::generation::serving::attach(run, &shape).await? else {
+        return Ok(Ended::Stopped);
+    };
     let seed = spec.seed.unwrap_or(DEFAULT_SEED);
     let (sample, usable) = measure::sample_prompts(&shape, spec.sample_size, seed)?;
     let records = spec.records.unwrap_or(usable);

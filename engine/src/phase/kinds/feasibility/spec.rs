@@ -61,6 +61,8 @@ struct Raw {
     send_key_over_http: Option<bool>,
     #[serde(default)]
     id_field: Option<String>,
+    #[serde(default)]
+    servers: Option<Map<String, Value>>,
     // The sweep.
     #[serde(default)]
     records: Option<i64>,
@@ -212,6 +214,9 @@ impl FeasibilitySpec {
                 .cloned()
                 .map(Value::String)
                 .collect();
+            if !inline.servers.is_empty() {
+                value["servers"] = serde_json::to_value(&inline.servers).unwrap_or_default();
+            }
         }
         let named = match &spec.shape {
             ShapeSource::Task(id) => Some(*id),
@@ -270,15 +275,20 @@ fn inline_shape(
         raw.send_key_over_http.map(Value::Bool),
     );
     put("id_field", raw.id_field.clone().map(Value::String));
+    put("servers", raw.servers.clone().map(Value::Object));
     // A generation spec needs an output; the measurement writes none.
     object.insert("output".into(), Value::String("/dev/null/unused".into()));
     let json = Value::Object(object).to_string();
     let mut spec = crate::phase::kinds::generation::GenerationSpec::parse(&json)?;
     if let Some(bounds) = bounds {
         spec.prompts = check::input_file("prompts", &spec.prompts, bounds)?;
-        for (i, url) in spec.endpoints.iter_mut().enumerate() {
-            *url = check::endpoint(&format!("endpoints[{i}]"), url)?;
-        }
+        crate::phase::servers::check_endpoints(&mut spec.endpoints)?;
+        let raw_servers = spec
+            .servers
+            .iter()
+            .map(|(name, s)| (name.clone(), serde_json::to_value(s).unwrap_or_default()))
+            .collect();
+        spec.servers = crate::phase::servers::check_all(&raw_servers, &spec.endpoints, Some(bounds))?;
         if let Some(variable) = &spec.api_key_env {
             check::api_key(
                 "api_key_env",

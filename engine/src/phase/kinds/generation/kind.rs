@@ -42,6 +42,7 @@ impl PhaseKind for Generation {
             "model",
             "params",
             "api_key_env",
+            "servers",
         ],
         describe: "Options of the generation phase (max_tokens, concurrency, api, stream, \
                    max_attempts, request_deadline_seconds, ...). concurrency is \"auto\" (the \
@@ -156,6 +157,9 @@ fn derive(p: &PlanFile, flow: &mut Flow) -> Derived {
     spec.insert("failures".into(), p.out(FAILURES));
     spec.insert("rejects".into(), p.out(REJECTS));
     spec.insert("endpoints".into(), json!(p.model.endpoints));
+    if !p.servers.is_empty() {
+        spec.insert("servers".into(), Value::Object(p.servers.clone()));
+    }
     spec.insert("model".into(), json!(p.model.name));
     if flow.rendered {
         spec.insert("api".into(), json!("completions"));
@@ -181,6 +185,7 @@ fn derive(p: &PlanFile, flow: &mut Flow) -> Derived {
             ("model", "model.name"),
             ("params", "sampling"),
             ("api_key_env", "model.api_key_env"),
+            ("servers", "servers"),
         ],
     }
 }

@@ -12,6 +12,7 @@ pub mod kind;
 mod legacy;
 pub mod prompts;
 mod requests;
+pub(crate) mod serving;
 mod token_ids;
 pub mod spec;
 
@@ -824,6 +825,12 @@ async fn run_inner(run: &RunContext, spec: GenerationSpec) -> Result<Ended, Stri
         Some(registration) => registration.gate(),
         None => Gate::alone(concurrency),
     };
+    // Servers the daemon runs for the task are ready before the first
+    // request; the endpoints are their URLs from here on.
+    let Some((spec, attached)) = serving::attach(run, &spec).await? else {
+        return Ok(Ended::Stopped);
+    };
+    let watched = serving::Watched::new(run, &attached);
     let client = client(&spec)?.with_metrics(metrics.clone());
     let (ask, token_ids_asked) = token_ids::asking(&client, &spec).await;
     let phase = Arc::new(Generation {
@@ -866,17 +873,19 @@ async fn run_inner(run: &RunContext, spec: GenerationSpec) -> Result<Ended, Stri
     let template = Arc::new(spec.request_template_with(&ask));
     let process = Arc::new(move |prompt: prompts::Prompt| {
         let (client, template, gate) = (client.clone(), template.clone(), gate.clone());
+        let attached = attached.clone();
         Box::pin(async move {
             // Waits while a re-measurement holds the run.
             let _pass = gate.pass().await;
-            let result = client
-                .complete_with(&template, prompt.input.get(), &prompt.fields)
-                .await;
+            let result = serving::send_through(&attached, || {
+                client.complete_with(&template, prompt.input.get(), &prompt.fields)
+            })
+            .await;
             Answer { prompt, result }
         }) as record_pipeline::BoxFuture<Answer>
     });
     match record_pipeline::run(
-        run,
+        &watched.run,
         phase,
         state,
         outputs,
@@ -892,7 +901,12 @@ async fn run_inner(run: &RunContext, spec: GenerationSpec) -> Result<Ended, Stri
             count_holds(run, &mut held).await;
             Ok(verdict(&spec, *state, held.as_ref()))
         }
-        PassEnd::Stopped => Ok(Ended::Stopped),
+        // A server that gave up breaks the run off: what it committed stays,
+        // and a retry goes on from there.
+        PassEnd::Stopped => match watched.gave_up() {
+            Some(why) => Err(why),
+            None => Ok(Ended::Stopped),
+        },
     }
 }
 

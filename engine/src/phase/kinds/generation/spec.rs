@@ -1,5 +1,6 @@
 //! The spec of a generation task (`spec_json`), checked on arrival: every
 //! field a run needs is validated here, with refusals that name it.
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
@@ -9,6 +10,7 @@ use todod_domain::shards::Shard;
 use todod_domain::Claim;
 use todod_domain::{Error, Kind};
 use todod_inference::Api;
+use crate::phase::servers::{self, ServerSpec};
 use crate::phase::spec::{self as check, Boundaries};
 
 /// Spec fields whose change would change what a generation writes.
@@ -107,6 +109,8 @@ struct Raw {
     shards: Option<i64>,
     #[serde(default)]
     token_ids: Option<TokenIds>,
+    #[serde(default)]
+    servers: BTreeMap<String, Value>,
 }
 
 /// A checked generation spec.
@@ -145,6 +149,9 @@ pub struct GenerationSpec {
     pub shards: u32,
     /// Asks the servers for the ids they generated, kept in each record.
     pub token_ids: TokenIds,
+    /// The servers the daemon runs for this task, which `endpoints` name
+    /// (`server:NAME`).
+    pub servers: BTreeMap<String, ServerSpec>,
 }
 
 /// What checking a spec gives the registry.
@@ -210,9 +217,13 @@ impl GenerationSpec {
             bounds,
         )?;
         check::distinct(&claims, &[("spec.prompts".into(), spec.prompts.clone())])?;
-        for (i, url) in spec.endpoints.iter_mut().enumerate() {
-            *url = check::endpoint(&format!("endpoints[{i}]"), url)?;
-        }
+        servers::check_endpoints(&mut spec.endpoints)?;
+        let raw_servers: BTreeMap<String, Value> = spec
+            .servers
+            .iter()
+            .map(|(name, s)| (name.clone(), serde_json::to_value(s).unwrap_or_default()))
+            .collect();
+        spec.servers = servers::check_all(&raw_servers, &spec.endpoints, Some(bounds))?;
         if let Some(variable) = &spec.api_key_env {
             let over_http = spec.send_key_over_http;
             check::api_key("api_key_env", variable, &spec.endpoints, over_http, bounds)?;
@@ -227,6 +238,9 @@ impl GenerationSpec {
             value[key] = Value::String(path.display().to_string());
         }
         value["endpoints"] = spec.endpoints.iter().cloned().map(Value::String).collect();
+        if !spec.servers.is_empty() {
+            value["servers"] = serde_json::to_value(&spec.servers).unwrap_or_default();
+        }
         Ok(Checked {
             requires: spec
                 .concurrency
@@ -303,6 +317,7 @@ fn typed(raw: Raw) -> Result<GenerationSpec, Error> {
     let rejects = raw
         .rejects
         .unwrap_or_else(|| beside(&raw.output, ".rejects.jsonl"));
+    let servers = servers::check_all(&raw.servers, &raw.endpoints, None)?;
     let id_field = raw.id_field.unwrap_or_else(|| "id".into());
     if id_field.is_empty() {
         return Err(Error::invalid("spec.id_field", "must not be empty"));
@@ -353,5 +368,6 @@ fn typed(raw: Raw) -> Result<GenerationSpec, Error> {
         keep_prompt: raw.keep_prompt.unwrap_or(true),
         shards: check::shards(raw.shards)?,
         token_ids: raw.token_ids.unwrap_or(TokenIds::Auto),
+        servers,
     })
 }

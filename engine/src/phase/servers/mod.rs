@@ -1,0 +1,623 @@
+//! Inference servers the daemon runs itself: a generation's or a
+//! feasibility's `endpoints` may name a server of its spec
+//! (`server:local`) instead of a URL, and the daemon starts it, calls it
+//! ready only when the deep probe answers, watches it, restarts it when it
+//! dies or stops answering, and stops it when no task needs it.
+//!
+//! One [`Servers`] per daemon keeps them: a server is one process group per
+//! name and spec (the tasks that name the same one share it), its output
+//! in `STATE/servers/KEY.log`, its pid in `STATE/servers/KEY.json`, which
+//! the next daemon reads after a kill -9 to stop what was left running. What
+//! happens to it is written in the history of each task that uses it.
+mod probe;
+mod process;
+pub mod spec;
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::sync::watch;
+
+use todod_domain::TaskId;
+
+use super::phase_store::PhaseStore;
+pub use spec::{check_all, check_endpoints, named, ServerSpec, ENDPOINT_PREFIX};
+
+/// The longest wait between two restarts, however many came before.
+const MAX_BACKOFF: Duration = Duration::from_secs(300);
+
+/// How long a probe that failed waits for the process's exit, which the
+/// failure may have been (the connection closes before the exit is reaped).
+const EXIT_SETTLES: Duration = Duration::from_millis(500);
+
+/// How often a starting server is asked whether it is ready.
+const READY_POLL: Duration = Duration::from_millis(250);
+
+/// Where a server is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum State {
+    Starting,
+    /// Answering; `generation` counts the starts that got this far.
+    Ready {
+        generation: u64,
+    },
+    /// Gone, to be started again.
+    Restarting,
+    /// Its restarts are spent: why, in words.
+    GaveUp(String),
+    Stopped,
+}
+
+/// The servers of one daemon.
+#[derive(Clone)]
+pub struct Servers {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    dir: PathBuf,
+    store: PhaseStore,
+    table: Mutex<HashMap<String, Arc<Supervised>>>,
+    /// True once what an earlier daemon left running is stopped.
+    swept: watch::Receiver<bool>,
+    shutdown: watch::Sender<bool>,
+    loops: Mutex<Vec<tokio::task::JoinHandle<()>>>,
+    http: reqwest::Client,
+    /// The daemon's runtime: a server outlives the run that started it
+    /// (each run has a runtime of its own, dropped when the run ends).
+    runtime: tokio::runtime::Handle,
+}
+
+/// One server and its supervision.
+struct Supervised {
+    name: String,
+    key: String,
+    spec: ServerSpec,
+    url: String,
+    port: u16,
+    state: watch::Sender<State>,
+    /// The tasks that use it, with how many runs of each.
+    users: watch::Sender<BTreeMap<TaskId, usize>>,
+}
+
+/// A task's use of a server; the server is stopped some time after the last
+/// use is dropped.
+pub struct ServerUse {
+    server: Arc<Supervised>,
+    task: TaskId,
+}
+
+impl Servers {
+    /// The servers of a daemon whose state directory keeps their logs and
+    /// records in `dir`. What an earlier daemon left running there is
+    /// stopped first: no server starts before that is done. Called on the
+    /// daemon's runtime, where the servers are then watched.
+    pub fn new(store: PhaseStore, dir: PathBuf) -> Servers {
+        let runtime = tokio::runtime::Handle::current();
+        let (swept_tx, swept) = watch::channel(false);
+        let sweep_dir = dir.clone();
+        runtime.spawn(async move {
+            for stopped in process::stop_left_over(&sweep_dir).await {
+                tracing::warn!(%stopped, "stopped a server an earlier daemon left running");
+            }
+            let _ = swept_tx.send(true);
+        });
+        Servers {
+            inner: Arc::new(Inner {
+                dir,
+                store,
+                table: Mutex::new(HashMap::new()),
+                swept,
+                shutdown: watch::channel(false).0,
+                loops: Mutex::new(Vec::new()),
+                http: probe::client(),
+                runtime,
+            }),
+        }
+    }
+
+    /// Task `task`'s use of server `name`, started if it is not running.
+    pub async fn acquire(
+        &self,
+        task: TaskId,
+        name: &str,
+        spec: &ServerSpec,
+    ) -> Result<ServerUse, String> {
+        let mut swept = self.inner.swept.clone();
+        let _ = swept.wait_for(|done| *done).await;
+        let key = spec.key(name);
+        let mut table = self.inner.table.lock().unwrap_or_else(|p| p.into_inner());
+        if *self.inner.shutdown.borrow() {
+            return Err("the daemon is stopping".into());
+        }
+        let server = match table.get(&key) {
+            Some(server) => server.clone(),
+            None => {
+                let port = process::free_port()
+                    .map_err(|e| format!("server {name}: no free port: {e}"))?;
+                let server = Arc::new(Supervised {
+                    name: name.to_string(),
+                    key: key.clone(),
+                    spec: spec.clone(),
+                    url: format!("http://127.0.0.1:{port}/v1"),
+                    port,
+                    state: watch::channel(State::Starting).0,
+                    users: watch::channel(BTreeMap::new()).0,
+                });
+                table.insert(key, server.clone());
+                let handle = self
+                    .inner
+                    .runtime
+                    .spawn(supervise(self.clone(), server.clone()));
+                self.inner
+                    .loops
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push(handle);
+                server
+            }
+        };
+        server
+            .users
+            .send_modify(|users| *users.entry(task).or_default() += 1);
+        Ok(ServerUse { server, task })
+    }
+
+    /// Stops every server (the daemon is stopping) and waits for them.
+    pub async fn stop_all(&self) {
+        let _ = self.inner.shutdown.send(true);
+        let loops =
+            std::mem::take(&mut *self.inner.loops.lock().unwrap_or_else(|p| p.into_inner()));
+        for handle in loops {
+            let _ = handle.await;
+        }
+    }
+
+    /// The servers running now: name, state and URL, for the log and views.
+    pub fn states(&self) -> Vec<(String, State, String)> {
+        let table = self.inner.table.lock().unwrap_or_else(|p| p.into_inner());
+        table
+            .values()
+            .map(|s| (s.name.clone(), s.state.borrow().clone(), s.url.clone()))
+            .collect()
+    }
+
+    /// Writes `what` in the history of each task that uses `server`.
+    async fn note(&self, server: &Supervised, what: &str) {
+        tracing::info!(server = %server.name, "{what}");
+        let tasks: Vec<TaskId> = server.users.borrow().keys().copied().collect();
+        for task in tasks {
+            if let Err(error) = self.inner.store.note_server(task, &server.name, what).await {
+                tracing::warn!(%task, %error, "cannot record a server's event");
+            }
+        }
+    }
+
+    /// Resolves once no task has used `server` for its `keep_idle_seconds`;
+    /// it is then out of the table (a new use starts a new one).
+    async fn idle(&self, server: &Arc<Supervised>) {
+        let mut users = server.users.subscribe();
+        let keep = Duration::from_secs(server.spec.keep_idle_seconds);
+        loop {
+            let _ = users.wait_for(BTreeMap::is_empty).await;
+            if tokio::time::timeout(keep, users.wait_for(|u| !u.is_empty()))
+                .await
+                .is_ok()
+            {
+                continue;
+            }
+            let mut table = self.inner.table.lock().unwrap_or_else(|p| p.into_inner());
+            if server.users.borrow().is_empty() {
+                if table
+                    .get(&server.key)
+                    .is_some_and(|s| Arc::ptr_eq(s, server))
+                {
+                    table.remove(&server.key);
+                }
+                return;
+            }
+        }
+    }
+
+    fn forget(&self, server: &Arc<Supervised>) {
+        let mut table = self.inner.table.lock().unwrap_or_else(|p| p.into_inner());
+        if table
+            .get(&server.key)
+            .is_some_and(|s| Arc::ptr_eq(s, server))
+        {
+            table.remove(&server.key);
+        }
+    }
+}
+
+impl Drop for ServerUse {
+    fn drop(&mut self) {
+        let task = self.task;
+        self.server.users.send_modify(|users| {
+            if let Some(n) = users.get_mut(&task) {
+                *n -= 1;
+                if *n == 0 {
+                    users.remove(&task);
+                }
+            }
+        });
+    }
+}
+
+impl ServerUse {
+    pub fn name(&self) -> &str {
+        &self.server.name
+    }
+
+    /// Its base URL (`http://127.0.0.1:PORT/v1`): the port stays the same
+    /// across restarts.
+    pub fn url(&self) -> &str {
+        &self.server.url
+    }
+
+    /// Waits until it is ready; its generation then, or why it never will be.
+    pub async fn ready(&self) -> Result<u64, String> {
+        let mut state = self.server.state.subscribe();
+        let seen = state
+            .wait_for(|s| matches!(s, State::Ready { .. } | State::GaveUp(_) | State::Stopped))
+            .await
+            .map(|s| s.clone())
+            .unwrap_or(State::Stopped);
+        match seen {
+            State::Ready { generation } => Ok(generation),
+            State::GaveUp(why) => Err(why),
+            _ => Err(format!("server {}: stopped", self.server.name)),
+        }
+    }
+
+    /// Whether it is still ready as of `generation` (not restarted since).
+    pub fn still(&self, generation: u64) -> bool {
+        *self.server.state.borrow() == State::Ready { generation }
+    }
+
+    /// Resolves with the reason once it has given up.
+    pub async fn given_up(&self) -> String {
+        let mut state = self.server.state.subscribe();
+        let seen = state
+            .wait_for(|s| matches!(s, State::GaveUp(_)))
+            .await
+            .map(|s| s.clone());
+        match seen {
+            Ok(State::GaveUp(why)) => why,
+            _ => std::future::pending().await,
+        }
+    }
+}
+
+/// Resolves once the daemon stops.
+async fn stopping(shutdown: &mut watch::Receiver<bool>) {
+    let _ = shutdown.wait_for(|s| *s).await;
+}
+
+/// What ended a server's run, in words, with its log's end.
+struct Failure {
+    what: String,
+    tail: String,
+}
+
+impl Failure {
+    fn said(&self) -> String {
+        if self.tail.is_empty() {
+            self.what.clone()
+        } else {
+            format!("{}; its log ends:\n{}", self.what, self.tail)
+        }
+    }
+}
+
+/// How one start of a server ended.
+enum Run {
+    /// It failed (exited, never got ready, stopped answering).
+    Failed(Failure),
+    /// No task needed it any more, or the daemon stops: it was stopped.
+    Done,
+}
+
+/// A server's life: started, made ready, watched, restarted within its
+/// budget, stopped when unused.
+async fn supervise(servers: Servers, server: Arc<Supervised>) {
+    let spec = &server.spec;
+    let mut restarts: VecDeque<Instant> = VecDeque::new();
+    let mut backoff = Duration::from_secs(spec.restart_backoff_seconds);
+    let mut generation = 0u64;
+    let mut shutdown = servers.inner.shutdown.subscribe();
+    loop {
+        let _ = server.state.send(if generation == 0 {
+            State::Starting
+        } else {
+            State::Restarting
+        });
+        let run = run_once(&servers, &server, &mut generation, &mut shutdown).await;
+        let failure = match run {
+            Run::Done => {
+                let _ = server.state.send(State::Stopped);
+                servers.forget(&server);
+                return;
+            }
+            Run::Failed(failure) => failure,
+        };
+        let now = Instant::now();
+        restarts.push_back(now);
+        let window = Duration::from_secs(spec.restart_window_seconds);
+        while restarts
+            .front()
+            .is_some_and(|t| now.duration_since(*t) > window)
+        {
+            restarts.pop_front();
+        }
+        let window_words = todod_proto::readable::duration(window.as_secs() as i64);
+        if restarts.len() > spec.max_restarts as usize {
+            let why = format!(
+                "server {}: given up: its budget of {} restart(s) within {window_words} is \
+                 spent; {}",
+                server.name,
+                spec.max_restarts,
+                failure.said()
+            );
+            servers.note(&server, &why).await;
+            let _ = server.state.send(State::GaveUp(why));
+            servers.forget(&server);
+            return;
+        }
+        let _ = server.state.send(State::Restarting);
+        servers
+            .note(
+                &server,
+                &format!(
+                    "{}; restarting ({} of {} within {window_words}) in {}",
+                    failure.said(),
+                    restarts.len(),
+                    spec.max_restarts,
+                    todod_proto::readable::duration(backoff.as_secs() as i64)
+                ),
+            )
+            .await;
+        tokio::select! {
+            _ = tokio::time::sleep(backoff) => {}
+            _ = servers.idle(&server) => {
+                let _ = server.state.send(State::Stopped);
+                return;
+            }
+            _ = stopping(&mut shutdown) => {
+                let _ = server.state.send(State::Stopped);
+                servers.forget(&server);
+                return;
+            }
+        }
+        backoff = (backoff * 2).clamp(Duration::from_secs(1), MAX_BACKOFF);
+    }
+}
+
+/// One start of the server, until it fails or is not needed.
+async fn run_once(
+    servers: &Servers,
+    server: &Arc<Supervised>,
+    generation: &mut u64,
+    shutdown: &mut watch::Receiver<bool>,
+) -> Run {
+    let spec = &server.spec;
+    let started = Instant::now();
+    let mut launched = match process::launch(spec, &server.key, server.port, &servers.inner.dir) {
+        Ok(launched) => launched,
+        Err(error) => {
+            return Run::Failed(Failure {
+                what: format!(
+                    "server {}: cannot start {}: {error}",
+                    server.name, spec.command[0]
+                ),
+                tail: String::new(),
+            })
+        }
+    };
+    servers
+        .note(
+            server,
+            &format!(
+                "server {}: started, pid {}, at {}, its output in {}",
+                server.name,
+                launched.pid,
+                server.url,
+                launched.log.display()
+            ),
+        )
+        .await;
+    let http = &servers.inner.http;
+    // One wait for the whole start: made again per turn, its timer would
+    // start again each time.
+    let idle = servers.idle(server);
+    tokio::pin!(idle);
+    let ready_within = Duration::from_secs(spec.ready_timeout_seconds);
+    // Starting: until the deep probe answers.
+    loop {
+        tokio::select! {
+            status = launched.child.wait() => {
+                launched.reap();
+                return Run::Failed(Failure {
+                    what: format!(
+                        "server {}: {} before it was ready",
+                        server.name,
+                        process::describe(status.ok())
+                    ),
+                    tail: launched.log_tail(),
+                });
+            }
+            _ = &mut idle => {
+                launched.stop(spec.stop_grace()).await;
+                servers.note(server, &format!("server {}: stopped: no task needs it", server.name)).await;
+                return Run::Done;
+            }
+            _ = stopping(shutdown) => {
+                launched.stop(spec.stop_grace()).await;
+                return Run::Done;
+            }
+            _ = tokio::time::sleep(READY_POLL) => {}
+        }
+        let left = ready_within.saturating_sub(started.elapsed());
+        if left.is_zero() {
+            launched.stop(spec.stop_grace()).await;
+            return Run::Failed(Failure {
+                what: format!(
+                    "server {}: not ready within {} (ready_timeout_seconds)",
+                    server.name,
+                    todod_proto::readable::duration(ready_within.as_secs() as i64)
+                ),
+                tail: launched.log_tail(),
+            });
+        }
+        let within = left.min(Duration::from_secs(spec.probe_timeout_seconds));
+        if probe::deep(http, &server.url, within).await.is_ok() {
+            break;
+        }
+    }
+    *generation += 1;
+    let _ = server.state.send(State::Ready {
+        generation: *generation,
+    });
+    servers
+        .note(
+            server,
+            &format!(
+                "server {}: ready after {:.1} s",
+                server.name,
+                started.elapsed().as_secs_f64()
+            ),
+        )
+        .await;
+    // Ready: watched until it fails or is not needed.
+    let every = Duration::from_secs(spec.probe_every_seconds);
+    let probe_within = Duration::from_secs(spec.probe_timeout_seconds);
+    loop {
+        tokio::select! {
+            status = launched.child.wait() => {
+                launched.reap();
+                return Run::Failed(Failure {
+                    what: format!("server {}: {}", server.name, process::describe(status.ok())),
+                    tail: launched.log_tail(),
+                });
+            }
+            _ = &mut idle => {
+                launched.stop(spec.stop_grace()).await;
+                servers.note(server, &format!("server {}: stopped: no task needs it", server.name)).await;
+                return Run::Done;
+            }
+            _ = stopping(shutdown) => {
+                launched.stop(spec.stop_grace()).await;
+                return Run::Done;
+            }
+            _ = tokio::time::sleep(every) => {
+                let probed = tokio::select! {
+                    probed = probe::deep(http, &server.url, probe_within) => probed,
+                    status = launched.child.wait() => {
+                        launched.reap();
+                        return Run::Failed(Failure {
+                            what: format!("server {}: {}", server.name, process::describe(status.ok())),
+                            tail: launched.log_tail(),
+                        });
+                    }
+                };
+                if let Err(why) = probed {
+                    // A probe cut by the process's end is that end.
+                    if let Ok(status) = tokio::time::timeout(EXIT_SETTLES, launched.child.wait()).await {
+                        launched.reap();
+                        return Run::Failed(Failure {
+                            what: format!("server {}: {}", server.name, process::describe(status.ok())),
+                            tail: launched.log_tail(),
+                        });
+                    }
+                    let status = launched.stop(spec.stop_grace()).await;
+                    return Run::Failed(Failure {
+                        what: format!(
+                            "server {}: the deep probe failed ({why}); stopped it ({})",
+                            server.name,
+                            process::describe(status)
+                        ),
+                        tail: launched.log_tail(),
+                    });
+                }
+            }
+        }
+    }
+}
+
+/// The servers a run's spec names, attached: its endpoints with each
+/// `server:NAME` replaced by that server's URL, once every server is ready.
+pub struct Attached {
+    uses: Vec<ServerUse>,
+}
+
+impl Attached {
+    /// Nothing attached: a run whose endpoints are all URLs.
+    pub fn none() -> Attached {
+        Attached { uses: Vec::new() }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.uses.is_empty()
+    }
+
+    /// Waits until every server is ready; their generations then, or why
+    /// one never will be.
+    pub async fn ready(&self) -> Result<Vec<u64>, String> {
+        let mut generations = Vec::with_capacity(self.uses.len());
+        for server in &self.uses {
+            generations.push(server.ready().await?);
+        }
+        Ok(generations)
+    }
+
+    /// Whether no server restarted (or went down) since `generations`.
+    pub fn still(&self, generations: &[u64]) -> bool {
+        self.uses.iter().zip(generations).all(|(s, g)| s.still(*g))
+    }
+
+    /// Resolves with the reason once a server has given up.
+    pub async fn given_up(&self) -> String {
+        if self.uses.is_empty() {
+            return std::future::pending().await;
+        }
+        let waits = self.uses.iter().map(|s| Box::pin(s.given_up()));
+        futures::future::select_all(waits).await.0
+    }
+}
+
+/// Attaches the servers `endpoints` name (from `servers`) for task `task`,
+/// waits until they are ready, and gives the endpoints as URLs.
+pub async fn attach(
+    all: &Servers,
+    task: TaskId,
+    endpoints: &[String],
+    servers: &BTreeMap<String, ServerSpec>,
+) -> Result<(Vec<String>, Attached), String> {
+    let mut urls = Vec::with_capacity(endpoints.len());
+    let mut uses: Vec<ServerUse> = Vec::new();
+    for endpoint in endpoints {
+        match named(endpoint) {
+            Some(name) => {
+                let spec = servers.get(name).ok_or_else(|| {
+                    format!("endpoint {endpoint}: the spec defines no server {name}")
+                })?;
+                let server = match uses.iter().find(|u| u.name() == name) {
+                    Some(server) => server.url().to_string(),
+                    None => {
+                        let server = all.acquire(task, name, spec).await?;
+                        let url = server.url().to_string();
+                        uses.push(server);
+                        url
+                    }
+                };
+                urls.push(server);
+            }
+            None => urls.push(endpoint.clone()),
+        }
+    }
+    let attached = Attached { uses };
+    attached.ready().await?;
+    Ok((urls, attached))
+}

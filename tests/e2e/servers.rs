@@ -1,0 +1,433 @@
+//! Inference servers the daemon runs itself (issue 45 parts 1, 2 and 6), on
+//! the real llama-server that `scripts/local-backend` builds: a generation
+//! whose endpoint is `server:local` gets a server started and made ready by
+//! the deep probe; a kill -9 of the server, or a SIGSTOP, restarts it and no
+//! prompt is lost or written twice; past its restart budget the task fails
+//! naming the server, keeps what it committed, and a retry finishes it; a
+//! kill -9 of the daemon leaves no second server; a program the operator
+//! did not allow is refused with PERMISSION_DENIED and nothing is created.
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use todod_e2e::gen::write_prompts;
+use todod_e2e::{
+    create_phase, proto, task_events, transition, until, wait_task, Client, RealDaemon, TestDaemon,
+};
+
+/// `scripts/local-backend`, whose `serve` becomes llama-server.
+fn local_backend() -> PathBuf {
+    std::fs::canonicalize(Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/local-backend"))
+        .unwrap()
+}
+
+/// A generation of `dir/prompts.jsonl` on a server the daemon runs.
+fn spec(dir: &Path, server: Value) -> Value {
+    json!({
+        "prompts": dir.join("prompts.jsonl"),
+        "output": dir.join("out.jsonl"),
+        "endpoints": ["server:local"],
+        "model": "SmolLM2",
+        "params": {"temperature": 0.0},
+        "max_tokens": 8,
+        "concurrency": 4,
+        "max_attempts": 3,
+        "servers": {"local": server},
+    })
+}
+
+/// llama-server through `scripts/local-backend serve`, watched closely.
+fn llama(max_restarts: u32) -> Value {
+    json!({
+        "command": [local_backend(), "serve", "--port", "{port}", "--parallel", "4", "--threads", "1"],
+        "max_restarts": max_restarts,
+        "restart_backoff_seconds": 0,
+        "probe_every_seconds": 1,
+        "probe_timeout_seconds": 5,
+        "stop_grace_seconds": 5,
+        "keep_idle_seconds": 0,
+    })
+}
+
+/// The pid of the server the daemon in `state` runs now, from its record.
+fn server_pid(state: &Path) -> Option<i32> {
+    let dir = state.join("servers");
+    let entries = std::fs::read_dir(dir).ok()?;
+    let pids: Vec<i32> = entries
+        .flatten()
+        .filter(|e| e.path().extension().is_some_and(|x| x == "json"))
+        .filter_map(|e| std::fs::read(e.path()).ok())
+        .filter_map(|b| serde_json::from_slice::<Value>(&b).ok())
+        .filter_map(|v| v["pid"].as_i64())
+        .map(|p| p as i32)
+        .collect();
+    assert!(pids.len() <= 1, "more than one server recorded: {pids:?}");
+    pids.first().copied()
+}
+
+/// Whether `pid` is a live process (not gone, not a zombie).
+fn alive(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            s.rsplit_once(')')
+                .map(|(_, rest)| rest.trim_start().to_string())
+        })
+        .is_some_and(|rest| !rest.starts_with('Z') && !rest.starts_with('X'))
+}
+
+fn signal(pid: i32, signal: i32) {
+    // SAFETY: a signal to a process by pid.
+    unsafe {
+        libc::kill(pid, signal);
+    }
+}
+
+/// The reasons of the task's `server` events.
+async fn server_events(c: &mut Client, task: &str) -> Vec<String> {
+    task_events(c, task, "server")
+        .await
+        .into_iter()
+        .map(|e| e.reason)
+        .collect()
+}
+
+/// Waits until the task's server events hold `n` that contain `what`.
+async fn wait_server_events(
+    c: &mut Client,
+    plan: &str,
+    task: &str,
+    what: &str,
+    n: usize,
+) -> Vec<String> {
+    let label = format!("{n} server events saying {what:?}");
+    until(c, plan, &label, async |c: &mut Client| {
+        let events = server_events(c, task).await;
+        (events.iter().filter(|e| e.contains(what)).count() >= n).then_some(events)
+    })
+    .await
+}
+
+/// How often each id is in the output and failures files together.
+fn ids_written(dir: &Path) -> (HashMap<String, usize>, usize, usize) {
+    let mut ids = HashMap::new();
+    let out = todod_e2e::json_lines(&dir.join("out.jsonl"));
+    let failed = todod_e2e::json_lines(&dir.join("out.jsonl.failures.jsonl"));
+    for record in out.iter().chain(&failed) {
+        *ids.entry(record["id"].as_str().unwrap().to_string())
+            .or_default() += 1;
+    }
+    (ids, out.len(), failed.len())
+}
+
+/// Waits until the run has committed more than `done` records; the task
+/// must still be running (so what comes next lands mid-run).
+async fn wait_progress_past(c: &mut Client, plan: &str, id: &str, done: i64) -> i64 {
+    let task = wait_task(c, plan, id, |t| {
+        t.status != "in_progress" || t.progress.as_ref().is_some_and(|p| p.done > done)
+    })
+    .await;
+    assert_eq!(
+        task.status, "in_progress",
+        "ended before the next disruption: {}",
+        task.error
+    );
+    task.progress.unwrap().done
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_the_daemon_runs_comes_back_after_kills_and_a_freeze_and_no_prompt_is_lost_or_doubled(
+) {
+    const PROMPTS: usize = 300;
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    write_prompts(&dir.path().join("prompts.jsonl"), PROMPTS, false);
+    let script = local_backend().display().to_string();
+    let daemon = RealDaemon::spawn_with(&state, &["--allow-server-command", &script]);
+    let mut c = daemon.client().await;
+    // Four restarts allowed: three kills and a freeze; the fifth failure
+    // spends the budget.
+    let id = create_phase(
+        &mut c,
+        "srv",
+        "generation",
+        &spec(dir.path(), llama(4)).to_string(),
+        &[],
+    )
+    .await
+    .unwrap();
+    let mut done = 0;
+    for kill in 1..=3 {
+        wait_server_events(&mut c, "srv", &id, "ready after", kill).await;
+        done = wait_progress_past(&mut c, "srv", &id, done).await;
+        let pid = server_pid(&state).expect("a server recorded");
+        signal(pid, libc::SIGKILL);
+        wait_server_events(
+            &mut c,
+            "srv",
+            &id,
+            "local: killed by signal 9 (SIGKILL)",
+            kill,
+        )
+        .await;
+    }
+    // Frozen: it answers nothing, and only the deep probe can tell.
+    wait_server_events(&mut c, "srv", &id, "ready after", 4).await;
+    done = wait_progress_past(&mut c, "srv", &id, done).await;
+    let frozen = server_pid(&state).unwrap();
+    signal(frozen, libc::SIGSTOP);
+    let events = wait_server_events(&mut c, "srv", &id, "the deep probe failed", 1).await;
+    assert!(
+        !alive(frozen),
+        "the frozen server {frozen} was not stopped: {events:#?}"
+    );
+    // One more kill is past the budget: the task fails naming the server.
+    wait_server_events(&mut c, "srv", &id, "ready after", 5).await;
+    wait_progress_past(&mut c, "srv", &id, done).await;
+    signal(server_pid(&state).unwrap(), libc::SIGKILL);
+    let failed = wait_task(&mut c, "srv", &id, |t| t.status != "in_progress").await;
+    assert_eq!(failed.status, "failed");
+    for said in [
+        "server local",
+        "budget of 4 restart(s)",
+        "killed by signal 9",
+    ] {
+        assert!(
+            failed.error.contains(said),
+            "{said:?} not in {:?}",
+            failed.error
+        );
+    }
+    // What it committed stays, each prompt once.
+    let committed = failed.progress.clone().unwrap();
+    let (ids, records, failures) = ids_written(dir.path());
+    assert!(ids.values().all(|n| *n == 1), "an id written twice");
+    assert!(
+        records as i64 >= committed.done,
+        "{records} lines, {} committed",
+        committed.done
+    );
+    assert_eq!(failures, 0, "a restart turned requests into failures");
+    let events = server_events(&mut c, &id).await;
+    let killed = events
+        .iter()
+        .filter(|e| e.starts_with("server local: killed by signal 9"))
+        .count();
+    // Three restarted; the fourth kill is in the event that gave up.
+    assert_eq!(killed, 3, "{events:#?}");
+    let gave_up = events.iter().filter(|e| e.contains("given up")).count();
+    assert_eq!(gave_up, 1, "{events:#?}");
+    assert!(
+        events.iter().any(|e| e.contains("restarting (3 of 4")),
+        "{events:#?}"
+    );
+
+    // A retry starts a server afresh and finishes from the checkpoint.
+    c.transition_task(transition(&id, "pending")).await.unwrap();
+    let task = wait_task(&mut c, "srv", &id, |t| {
+        ["completed", "failed"].contains(&t.status.as_str())
+    })
+    .await;
+    assert_eq!(task.status, "completed", "{}", task.error);
+    let (ids, records, failures) = ids_written(dir.path());
+    assert_eq!(ids.len(), PROMPTS);
+    assert!(ids.values().all(|n| *n == 1), "an id written twice");
+    let result: Value = serde_json::from_str(&task.result_json).unwrap();
+    assert_eq!(result["records"], records as u64);
+    assert_eq!(result["failed"], failures as u64);
+    assert_eq!(failures, 0);
+    // No task needs it now: it is stopped (keep_idle_seconds 0), and its
+    // record goes with it. Nothing is recorded then (no task uses it), so
+    // the record is looked at until it is gone.
+    let last = server_pid(&state);
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while server_pid(&state).is_some() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the server still runs, unused"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    if let Some(pid) = last {
+        assert!(!alive(pid), "its record is gone, the server {pid} is not");
+    }
+    drop(daemon);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_daemon_killed_while_its_server_runs_leaves_one_server_after_the_restart() {
+    const PROMPTS: usize = 200;
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    write_prompts(&dir.path().join("prompts.jsonl"), PROMPTS, false);
+    let script = local_backend().display().to_string();
+    let mut daemon = RealDaemon::spawn_with(&state, &["--allow-server-command", &script]);
+    let mut c = daemon.client().await;
+    let id = create_phase(
+        &mut c,
+        "srv",
+        "generation",
+        &spec(dir.path(), llama(2)).to_string(),
+        &[],
+    )
+    .await
+    .unwrap();
+    wait_server_events(&mut c, "srv", &id, "ready after", 1).await;
+    wait_progress_past(&mut c, "srv", &id, 0).await;
+    let first = server_pid(&state).unwrap();
+    daemon.kill9();
+    assert!(
+        alive(first),
+        "the server went with the daemon: nothing to find"
+    );
+
+    let daemon = RealDaemon::spawn_with(&state, &["--allow-server-command", &script]);
+    let mut c = daemon.client().await;
+    let task = wait_task(&mut c, "srv", &id, |t| {
+        ["completed", "failed"].contains(&t.status.as_str())
+    })
+    .await;
+    assert_eq!(task.status, "completed", "{}", task.error);
+    assert!(
+        !alive(first),
+        "the first daemon's server {first} still runs"
+    );
+    let started: Vec<String> = server_events(&mut c, &id)
+        .await
+        .into_iter()
+        .filter(|e| e.contains("started, pid"))
+        .collect();
+    assert_eq!(started.len(), 2, "{started:#?}");
+    let (ids, _, failures) = ids_written(dir.path());
+    assert_eq!(ids.len(), PROMPTS);
+    assert!(ids.values().all(|n| *n == 1), "an id written twice");
+    assert_eq!(failures, 0);
+}
+
+#[tokio::test]
+async fn a_server_that_always_dies_spends_its_budget_and_the_task_fails_saying_so() {
+    let dir = tempfile::tempdir().unwrap();
+    write_prompts(&dir.path().join("prompts.jsonl"), 10, false);
+    let bounds = todod_engine::phase::Boundaries::default()
+        .allowing_server_commands(&[PathBuf::from("/bin/sh")])
+        .unwrap();
+    let daemon = TestDaemon::start_with(todod::server::Options {
+        bounds,
+        ..Default::default()
+    })
+    .await;
+    let mut c = daemon.client().await;
+    let dying = json!({
+        "command": ["/bin/sh", "-c", "echo 'cannot load the model' >&2; exit 3", "{port}"],
+        "max_restarts": 2,
+        "restart_backoff_seconds": 0,
+    });
+    let id = create_phase(
+        &mut c,
+        "die",
+        "generation",
+        &spec(dir.path(), dying).to_string(),
+        &[],
+    )
+    .await
+    .unwrap();
+    let task = wait_task(&mut c, "die", &id, |t| {
+        ["completed", "failed"].contains(&t.status.as_str())
+    })
+    .await;
+    assert_eq!(task.status, "failed");
+    for said in [
+        "server local",
+        "budget of 2 restart(s)",
+        "exited with code 3",
+        "cannot load the model",
+    ] {
+        assert!(
+            task.error.contains(said),
+            "{said:?} not in {:?}",
+            task.error
+        );
+    }
+    let events = server_events(&mut c, &id).await;
+    let restarting = events.iter().filter(|e| e.contains("restarting (")).count();
+    assert_eq!(restarting, 2, "{events:#?}");
+    assert!(
+        !dir.path().join("out.jsonl").exists()
+            || todod_e2e::json_lines(&dir.path().join("out.jsonl")).is_empty()
+    );
+}
+
+#[tokio::test]
+async fn a_program_the_operator_did_not_allow_is_refused_and_nothing_is_created() {
+    let dir = tempfile::tempdir().unwrap();
+    write_prompts(&dir.path().join("prompts.jsonl"), 10, false);
+    let daemon = TestDaemon::start().await;
+    let mut c = daemon.client().await;
+    let refused = create_phase(
+        &mut c,
+        "deny",
+        "generation",
+        &spec(dir.path(), llama(1)).to_string(),
+        &[],
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::PermissionDenied, "{refused:?}");
+    assert!(
+        refused.message().contains("spec.servers.local.command[0]"),
+        "{}",
+        refused.message()
+    );
+    assert!(
+        refused.message().contains("--allow-server-command"),
+        "{}",
+        refused.message()
+    );
+
+    // The same through a plan file: refused whole, naming the file's path.
+    let plan = format!(
+        r#"
+plan = "deny-file"
+output_dir = "{out}"
+phases = ["generation"]
+
+[model]
+name = "SmolLM2"
+endpoints = ["server:local"]
+
+[prompts]
+path = "{prompts}"
+
+[servers.local]
+command = ["{script}", "serve", "--port", "{{port}}"]
+"#,
+        out = dir.path().join("out").display(),
+        prompts = dir.path().join("prompts.jsonl").display(),
+        script = local_backend().display(),
+    );
+    let refused = c
+        .apply_pipeline(proto::ApplyPipelineRequest {
+            spec_toml: plan,
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::PermissionDenied, "{refused:?}");
+    assert!(
+        refused.message().contains("servers.local.command[0]"),
+        "{}",
+        refused.message()
+    );
+    for plan in ["deny", "deny-file"] {
+        let tasks = c
+            .list_tasks(proto::ListTasksRequest {
+                plan: plan.into(),
+                ..Default::default()
+            })
+            .await
+            .map(|r| r.into_inner().tasks.len())
+            .unwrap_or(0);
+        assert_eq!(tasks, 0, "{plan}: a task was created");
+    }
+}
