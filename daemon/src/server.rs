@@ -316,8 +316,11 @@ async fn serve(
         Some(state) => state.join("servers"),
         None => std::env::temp_dir().join(format!("todod-servers-{run_id}")),
     };
-    let inference_servers =
-        todod_engine::phase::servers::Servers::new(PhaseStore::new(store.clone()), server_dir);
+    let inference_servers = todod_engine::phase::servers::Servers::new(
+        PhaseStore::new(store.clone()),
+        server_dir,
+        options.telemetry.clone(),
+    );
     let settings = runtime::Settings {
         run_id: run_id.clone(),
         fs: options.fs.clone().unwrap_or_else(|| Arc::new(RealFs)),
@@ -397,15 +400,16 @@ async fn serve(
         tokio::time::sleep(DRAIN_DEADLINE).await;
     };
     tokio::pin!(drained);
-    loop {
+    let served = loop {
         tokio::select! {
             next = servers.join_next() => match next {
-                Some(result) => result.map_err(|e| Error::Listener(e.to_string()))??,
+                Some(Ok(Ok(()))) => {}
+                Some(Ok(Err(error))) => break Err(Error::from(error)),
+                Some(Err(error)) => break Err(Error::Listener(error.to_string())),
                 None => {
                     let _ = workers.await;
                     let _ = scheduler.await;
-                    inference_servers.stop_all().await;
-                    return Ok(());
+                    break Ok(());
                 }
             },
             _ = &mut drained => {
@@ -413,9 +417,12 @@ async fn serve(
                 servers.abort_all();
                 workers.abort();
                 scheduler.abort();
-                inference_servers.stop_all().await;
-                return Ok(());
+                break Ok(());
             }
         }
-    }
+    };
+    // However serving ended, the inference servers the daemon started stop
+    // with it.
+    inference_servers.stop_all().await;
+    served
 }

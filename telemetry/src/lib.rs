@@ -33,6 +33,23 @@ pub struct TaskLabels {
     pub kind: String,
 }
 
+/// An inference server the daemon runs: its name in the spec, and the key
+/// that tells two specs of that name apart.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RunServerLabels {
+    pub server: String,
+    pub id: String,
+}
+
+/// What a server the daemon runs updates.
+#[derive(Clone)]
+pub struct ServerInstruments {
+    /// 1 while it answers the deep probe, else 0.
+    pub up: Gauge,
+    /// Each restart after a failure.
+    pub restarts: Counter,
+}
+
 /// How one request attempt ended.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
 #[allow(non_camel_case_types)]
@@ -125,6 +142,8 @@ pub(crate) struct Instruments {
     /// the commit of the checkpoint that holds it.
     pub record_commit: Family<TaskLabels, Histogram>,
     pub server: server_metrics::Exported,
+    pub server_up: Family<RunServerLabels, Gauge>,
+    pub server_restarts: Family<RunServerLabels, Counter>,
 }
 
 impl Default for Telemetry {
@@ -155,6 +174,8 @@ impl Telemetry {
                 checkpoint: Family::new_with_constructor(commit),
                 record_commit: Family::new_with_constructor(token),
                 server: server_metrics::Exported::default(),
+                server_up: Family::default(),
+                server_restarts: Family::default(),
             }),
         }
     }
@@ -197,6 +218,18 @@ impl Telemetry {
             task: task.to_string(),
             kind: kind.to_string(),
         })
+    }
+
+    /// What the server `name` (key `id`) the daemon runs updates.
+    pub fn server(&self, name: &str, id: &str) -> ServerInstruments {
+        let labels = RunServerLabels {
+            server: name.to_string(),
+            id: id.to_string(),
+        };
+        ServerInstruments {
+            up: self.inner.server_up.get_or_create_owned(&labels),
+            restarts: self.inner.server_restarts.get_or_create_owned(&labels),
+        }
     }
 
     /// Where the inference servers' own figures are kept.

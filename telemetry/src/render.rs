@@ -139,6 +139,16 @@ impl Telemetry {
             i.requests.clone(),
         );
         r.register(
+            "todod_server_up",
+            "1 while a server the daemon runs answers its deep probe (/v1/models and one token)",
+            i.server_up.clone(),
+        );
+        r.register(
+            "todod_server_restarts",
+            "Restarts of a server the daemon runs, after it exited or stopped answering",
+            i.server_restarts.clone(),
+        );
+        r.register(
             "todod_request_retries",
             "Request attempts made again after a failure",
             i.retries.clone(),

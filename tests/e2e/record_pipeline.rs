@@ -141,6 +141,7 @@ async fn bench(lines: usize) -> (Bench, Vec<i64>) {
         servers: todod_engine::phase::servers::Servers::new(
             PhaseStore::new(store),
             dir.path().join("servers"),
+            Default::default(),
         ),
     };
     let bench = Bench {

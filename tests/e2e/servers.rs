@@ -174,6 +174,26 @@ async fn a_server_the_daemon_runs_comes_back_after_kills_and_a_freeze_and_no_pro
     }
     // Frozen: it answers nothing, and only the deep probe can tell.
     wait_server_events(&mut c, "srv", &id, "ready after", 4).await;
+    // /metrics says so too: up, three restarts.
+    let metrics = reqwest::get(format!("{}/metrics", daemon.url()))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let figure = |name: &str| {
+        metrics
+            .lines()
+            .find(|l| l.starts_with(name) && l.contains("server=\"local\""))
+            .and_then(|l| l.rsplit(' ').next())
+            .map(str::to_string)
+    };
+    assert_eq!(
+        figure("todod_server_restarts_total").as_deref(),
+        Some("3"),
+        "{metrics}"
+    );
+    assert_eq!(figure("todod_server_up").as_deref(), Some("1"), "{metrics}");
     done = wait_progress_past(&mut c, "srv", &id, done).await;
     let frozen = server_pid(&state).unwrap();
     signal(frozen, libc::SIGSTOP);

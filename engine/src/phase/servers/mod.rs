@@ -15,6 +15,7 @@ pub mod spec;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::PathBuf;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -31,6 +32,10 @@ const MAX_BACKOFF: Duration = Duration::from_secs(300);
 /// How long a probe that failed waits for the process's exit, which the
 /// failure may have been (the connection closes before the exit is reaped).
 const EXIT_SETTLES: Duration = Duration::from_millis(500);
+
+/// Deep probes in a row that must go unanswered before a ready server is
+/// restarted.
+const PROBES_MISSED: u32 = 2;
 
 /// How often a starting server is asked whether it is ready.
 const READY_POLL: Duration = Duration::from_millis(250);
@@ -68,6 +73,8 @@ struct Inner {
     /// The daemon's runtime: a server outlives the run that started it
     /// (each run has a runtime of its own, dropped when the run ends).
     runtime: tokio::runtime::Handle,
+    /// `todod_server_up` and `todod_server_restarts` by server.
+    telemetry: todod_telemetry::Telemetry,
 }
 
 /// One server and its supervision.
@@ -80,6 +87,10 @@ struct Supervised {
     state: watch::Sender<State>,
     /// The tasks that use it, with how many runs of each.
     users: watch::Sender<BTreeMap<TaskId, usize>>,
+    /// Set, under the table's lock, once it is to stop for want of users:
+    /// a new use then waits for its end and starts another (never two at
+    /// once, and never one whose stop is under way).
+    retiring: std::sync::atomic::AtomicBool,
 }
 
 /// A task's use of a server; the server is stopped some time after the last
@@ -94,7 +105,7 @@ impl Servers {
     /// records in `dir`. What an earlier daemon left running there is
     /// stopped first: no server starts before that is done. Called on the
     /// daemon's runtime, where the servers are then watched.
-    pub fn new(store: PhaseStore, dir: PathBuf) -> Servers {
+    pub fn new(store: PhaseStore, dir: PathBuf, telemetry: todod_telemetry::Telemetry) -> Servers {
         let runtime = tokio::runtime::Handle::current();
         let (swept_tx, swept) = watch::channel(false);
         let sweep_dir = dir.clone();
@@ -102,7 +113,7 @@ impl Servers {
             for stopped in process::stop_left_over(&sweep_dir).await {
                 tracing::warn!(%stopped, "stopped a server an earlier daemon left running");
             }
-            let _ = swept_tx.send(true);
+            swept_tx.send_replace(true);
         });
         Servers {
             inner: Arc::new(Inner {
@@ -114,6 +125,7 @@ impl Servers {
                 loops: Mutex::new(Vec::new()),
                 http: probe::client(),
                 runtime,
+                telemetry,
             }),
         }
     }
@@ -128,36 +140,39 @@ impl Servers {
         let mut swept = self.inner.swept.clone();
         let _ = swept.wait_for(|done| *done).await;
         let key = spec.key(name);
-        let mut table = self.inner.table.lock().unwrap_or_else(|p| p.into_inner());
-        if *self.inner.shutdown.borrow() {
-            return Err("the daemon is stopping".into());
-        }
-        let server = match table.get(&key) {
-            Some(server) => server.clone(),
-            None => {
-                let port = process::free_port()
-                    .map_err(|e| format!("server {name}: no free port: {e}"))?;
-                let server = Arc::new(Supervised {
-                    name: name.to_string(),
-                    key: key.clone(),
-                    spec: spec.clone(),
-                    url: format!("http://127.0.0.1:{port}/v1"),
-                    port,
-                    state: watch::channel(State::Starting).0,
-                    users: watch::channel(BTreeMap::new()).0,
-                });
-                table.insert(key, server.clone());
-                let handle = self
-                    .inner
-                    .runtime
-                    .spawn(supervise(self.clone(), server.clone()));
-                self.inner
-                    .loops
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .push(handle);
-                server
+        let server = loop {
+            self.wait_retired(&key).await;
+            let mut table = self.inner.table.lock().unwrap_or_else(|p| p.into_inner());
+            if *self.inner.shutdown.borrow() {
+                return Err("the daemon is stopping".into());
             }
+            match table.get(&key) {
+                Some(server) if !server.retiring.load(Ordering::Acquire) => break server.clone(),
+                // It began to stop meanwhile: wait for its end again.
+                Some(_) => continue,
+                None => {}
+            }
+            let port =
+                process::free_port().map_err(|e| format!("server {name}: no free port: {e}"))?;
+            let server = Arc::new(Supervised {
+                name: name.to_string(),
+                key: key.clone(),
+                spec: spec.clone(),
+                url: format!("http://127.0.0.1:{port}/v1"),
+                port,
+                state: watch::channel(State::Starting).0,
+                users: watch::channel(BTreeMap::new()).0,
+                retiring: Default::default(),
+            });
+            table.insert(key.clone(), server.clone());
+            let handle = self
+                .inner
+                .runtime
+                .spawn(supervise(self.clone(), server.clone()));
+            let mut loops = self.inner.loops.lock().unwrap_or_else(|p| p.into_inner());
+            loops.retain(|h| !h.is_finished());
+            loops.push(handle);
+            break server;
         };
         server
             .users
@@ -165,9 +180,33 @@ impl Servers {
         Ok(ServerUse { server, task })
     }
 
+    /// Waits until the server `key` that is stopping for want of users (if
+    /// any) has stopped.
+    async fn wait_retired(&self, key: &str) {
+        loop {
+            let retiring = {
+                let table = self.inner.table.lock().unwrap_or_else(|p| p.into_inner());
+                table
+                    .get(key)
+                    .filter(|s| s.retiring.load(Ordering::Acquire))
+                    .cloned()
+            };
+            let Some(old) = retiring else { return };
+            let mut state = old.state.subscribe();
+            let _ = state
+                .wait_for(|s| matches!(s, State::Stopped | State::GaveUp(_)))
+                .await;
+        }
+    }
+
     /// Stops every server (the daemon is stopping) and waits for them.
     pub async fn stop_all(&self) {
-        let _ = self.inner.shutdown.send(true);
+        {
+            // Under the table's lock: an `acquire` either saw the flag or
+            // has its loop in `loops` already.
+            let _table = self.inner.table.lock().unwrap_or_else(|p| p.into_inner());
+            self.inner.shutdown.send_replace(true);
+        }
         let loops =
             std::mem::take(&mut *self.inner.loops.lock().unwrap_or_else(|p| p.into_inner()));
         for handle in loops {
@@ -196,7 +235,8 @@ impl Servers {
     }
 
     /// Resolves once no task has used `server` for its `keep_idle_seconds`;
-    /// it is then out of the table (a new use starts a new one).
+    /// it is then retiring (a new use waits for its end, then starts
+    /// another).
     async fn idle(&self, server: &Arc<Supervised>) {
         let mut users = server.users.subscribe();
         let keep = Duration::from_secs(server.spec.keep_idle_seconds);
@@ -208,14 +248,10 @@ impl Servers {
             {
                 continue;
             }
-            let mut table = self.inner.table.lock().unwrap_or_else(|p| p.into_inner());
+            let _table = self.inner.table.lock().unwrap_or_else(|p| p.into_inner());
             if server.users.borrow().is_empty() {
-                if table
-                    .get(&server.key)
-                    .is_some_and(|s| Arc::ptr_eq(s, server))
-                {
-                    table.remove(&server.key);
-                }
+                server.retiring.store(true, Ordering::Release);
+                tracing::info!(server = %server.name, "no task needs it: stopping it");
                 return;
             }
         }
@@ -277,6 +313,17 @@ impl ServerUse {
         *self.server.state.borrow() == State::Ready { generation }
     }
 
+    /// Waits up to `within` for it to leave `Ready { generation }` (a
+    /// request failed: the process may have just died, unseen yet).
+    pub async fn settle(&self, generation: u64, within: Duration) {
+        let mut state = self.server.state.subscribe();
+        let _ = tokio::time::timeout(
+            within,
+            state.wait_for(|s| *s != State::Ready { generation }),
+        )
+        .await;
+    }
+
     /// Resolves with the reason once it has given up.
     pub async fn given_up(&self) -> String {
         let mut state = self.server.state.subscribe();
@@ -321,57 +368,70 @@ enum Run {
 }
 
 /// A server's life: started, made ready, watched, restarted within its
-/// budget, stopped when unused.
+/// budget, stopped when unused. Whatever ends it, it is out of the table
+/// before its end is told (a waiting `acquire` then starts a new one).
 async fn supervise(servers: Servers, server: Arc<Supervised>) {
     let spec = &server.spec;
+    let figures = servers.inner.telemetry.server(&server.name, &server.key);
+    let first_backoff = Duration::from_secs(spec.restart_backoff_seconds);
+    let window = Duration::from_secs(spec.restart_window_seconds);
+    let window_words = todod_proto::readable::duration(window.as_secs() as i64);
     let mut restarts: VecDeque<Instant> = VecDeque::new();
-    let mut backoff = Duration::from_secs(spec.restart_backoff_seconds);
+    let mut backoff = first_backoff;
     let mut generation = 0u64;
     let mut shutdown = servers.inner.shutdown.subscribe();
+    let end = |state: State| {
+        servers.forget(&server);
+        server.state.send_replace(state);
+    };
     loop {
-        let _ = server.state.send(if generation == 0 {
-            State::Starting
-        } else {
-            State::Restarting
-        });
-        let run = run_once(&servers, &server, &mut generation, &mut shutdown).await;
+        let mut ready_for = Duration::ZERO;
+        let run = run_once(
+            &servers,
+            &server,
+            &mut generation,
+            &mut ready_for,
+            &mut shutdown,
+        )
+        .await;
+        figures.up.set(0);
         let failure = match run {
-            Run::Done => {
-                let _ = server.state.send(State::Stopped);
-                servers.forget(&server);
-                return;
-            }
+            Run::Done => return end(State::Stopped),
             Run::Failed(failure) => failure,
         };
+        // A server that ran well for a window starts its backoff afresh.
+        if ready_for > window {
+            backoff = first_backoff;
+        }
         let now = Instant::now();
         restarts.push_back(now);
-        let window = Duration::from_secs(spec.restart_window_seconds);
         while restarts
             .front()
             .is_some_and(|t| now.duration_since(*t) > window)
         {
             restarts.pop_front();
         }
-        let window_words = todod_proto::readable::duration(window.as_secs() as i64);
         if restarts.len() > spec.max_restarts as usize {
+            let budget = match spec.max_restarts {
+                0 => "it may not be restarted (max_restarts 0)".to_string(),
+                n => format!("its budget of {n} restart(s) within {window_words} is spent"),
+            };
             let why = format!(
-                "server {}: given up: its budget of {} restart(s) within {window_words} is \
-                 spent; {}",
+                "server {}: given up: {budget}; {}",
                 server.name,
-                spec.max_restarts,
                 failure.said()
             );
             servers.note(&server, &why).await;
-            let _ = server.state.send(State::GaveUp(why));
-            servers.forget(&server);
-            return;
+            return end(State::GaveUp(why));
         }
-        let _ = server.state.send(State::Restarting);
+        server.state.send_replace(State::Restarting);
+        figures.restarts.inc();
         servers
             .note(
                 &server,
                 &format!(
-                    "{}; restarting ({} of {} within {window_words}) in {}",
+                    "server {}: {}; restarting ({} of {} within {window_words}) in {}",
+                    server.name,
                     failure.said(),
                     restarts.len(),
                     spec.max_restarts,
@@ -381,25 +441,20 @@ async fn supervise(servers: Servers, server: Arc<Supervised>) {
             .await;
         tokio::select! {
             _ = tokio::time::sleep(backoff) => {}
-            _ = servers.idle(&server) => {
-                let _ = server.state.send(State::Stopped);
-                return;
-            }
-            _ = stopping(&mut shutdown) => {
-                let _ = server.state.send(State::Stopped);
-                servers.forget(&server);
-                return;
-            }
+            _ = servers.idle(&server) => return end(State::Stopped),
+            _ = stopping(&mut shutdown) => return end(State::Stopped),
         }
         backoff = (backoff * 2).clamp(Duration::from_secs(1), MAX_BACKOFF);
     }
 }
 
-/// One start of the server, until it fails or is not needed.
+/// One start of the server, until it fails or is not needed; `ready_for`
+/// is how long it was ready.
 async fn run_once(
     servers: &Servers,
     server: &Arc<Supervised>,
     generation: &mut u64,
+    ready_for: &mut Duration,
     shutdown: &mut watch::Receiver<bool>,
 ) -> Run {
     let spec = &server.spec;
@@ -408,10 +463,7 @@ async fn run_once(
         Ok(launched) => launched,
         Err(error) => {
             return Run::Failed(Failure {
-                what: format!(
-                    "server {}: cannot start {}: {error}",
-                    server.name, spec.command[0]
-                ),
+                what: format!("cannot start {}: {error}", spec.command[0]),
                 tail: String::new(),
             })
         }
@@ -440,17 +492,12 @@ async fn run_once(
             status = launched.child.wait() => {
                 launched.reap();
                 return Run::Failed(Failure {
-                    what: format!(
-                        "server {}: {} before it was ready",
-                        server.name,
-                        process::describe(status.ok())
-                    ),
+                    what: format!("{} before it was ready", process::describe(status.ok())),
                     tail: launched.log_tail(),
                 });
             }
             _ = &mut idle => {
                 launched.stop(spec.stop_grace()).await;
-                servers.note(server, &format!("server {}: stopped: no task needs it", server.name)).await;
                 return Run::Done;
             }
             _ = stopping(shutdown) => {
@@ -464,8 +511,7 @@ async fn run_once(
             launched.stop(spec.stop_grace()).await;
             return Run::Failed(Failure {
                 what: format!(
-                    "server {}: not ready within {} (ready_timeout_seconds)",
-                    server.name,
+                    "not ready within {} (ready_timeout_seconds)",
                     todod_proto::readable::duration(ready_within.as_secs() as i64)
                 ),
                 tail: launched.log_tail(),
@@ -477,7 +523,14 @@ async fn run_once(
         }
     }
     *generation += 1;
-    let _ = server.state.send(State::Ready {
+    let ready_at = Instant::now();
+    servers
+        .inner
+        .telemetry
+        .server(&server.name, &server.key)
+        .up
+        .set(1);
+    server.state.send_replace(State::Ready {
         generation: *generation,
     });
     servers
@@ -493,57 +546,60 @@ async fn run_once(
     // Ready: watched until it fails or is not needed.
     let every = Duration::from_secs(spec.probe_every_seconds);
     let probe_within = Duration::from_secs(spec.probe_timeout_seconds);
-    loop {
-        tokio::select! {
+    let mut unanswered = 0u32;
+    let ended = loop {
+        let probed = tokio::select! {
             status = launched.child.wait() => {
                 launched.reap();
-                return Run::Failed(Failure {
-                    what: format!("server {}: {}", server.name, process::describe(status.ok())),
+                break Run::Failed(Failure {
+                    what: process::describe(status.ok()),
                     tail: launched.log_tail(),
                 });
             }
             _ = &mut idle => {
                 launched.stop(spec.stop_grace()).await;
-                servers.note(server, &format!("server {}: stopped: no task needs it", server.name)).await;
-                return Run::Done;
+                break Run::Done;
             }
             _ = stopping(shutdown) => {
                 launched.stop(spec.stop_grace()).await;
-                return Run::Done;
+                break Run::Done;
             }
-            _ = tokio::time::sleep(every) => {
-                let probed = tokio::select! {
-                    probed = probe::deep(http, &server.url, probe_within) => probed,
-                    status = launched.child.wait() => {
-                        launched.reap();
-                        return Run::Failed(Failure {
-                            what: format!("server {}: {}", server.name, process::describe(status.ok())),
-                            tail: launched.log_tail(),
-                        });
-                    }
-                };
-                if let Err(why) = probed {
-                    // A probe cut by the process's end is that end.
-                    if let Ok(status) = tokio::time::timeout(EXIT_SETTLES, launched.child.wait()).await {
-                        launched.reap();
-                        return Run::Failed(Failure {
-                            what: format!("server {}: {}", server.name, process::describe(status.ok())),
-                            tail: launched.log_tail(),
-                        });
-                    }
-                    let status = launched.stop(spec.stop_grace()).await;
-                    return Run::Failed(Failure {
-                        what: format!(
-                            "server {}: the deep probe failed ({why}); stopped it ({})",
-                            server.name,
-                            process::describe(status)
-                        ),
-                        tail: launched.log_tail(),
-                    });
-                }
-            }
+            probed = async {
+                tokio::time::sleep(every).await;
+                probe::deep(http, &server.url, probe_within).await
+            } => probed,
+        };
+        let Err(why) = probed else {
+            unanswered = 0;
+            continue;
+        };
+        // A probe cut by the process's end is that end.
+        if let Ok(status) = tokio::time::timeout(EXIT_SETTLES, launched.child.wait()).await {
+            launched.reap();
+            break Run::Failed(Failure {
+                what: process::describe(status.ok()),
+                tail: launched.log_tail(),
+            });
         }
-    }
+        // One probe may wait behind a full server's queue; two in a row
+        // unanswered is a wedged engine or a frozen process.
+        unanswered += 1;
+        if unanswered < PROBES_MISSED {
+            tracing::warn!(server = %server.name, %why, "a deep probe failed; probing again");
+            continue;
+        }
+        let status = launched.stop(spec.stop_grace()).await;
+        break Run::Failed(Failure {
+            what: format!(
+                "the deep probe failed {PROBES_MISSED} times in a row (last: {why}); stopped it \
+                 ({})",
+                process::describe(status)
+            ),
+            tail: launched.log_tail(),
+        });
+    };
+    *ready_for = ready_at.elapsed();
+    ended
 }
 
 /// The servers a run's spec names, attached: its endpoints with each
@@ -570,6 +626,14 @@ impl Attached {
             generations.push(server.ready().await?);
         }
         Ok(generations)
+    }
+
+    /// Waits up to a moment for a server to leave the generation a failed
+    /// request was sent to (its death may not be seen yet).
+    pub async fn settle(&self, generations: &[u64]) {
+        for (server, generation) in self.uses.iter().zip(generations) {
+            server.settle(*generation, EXIT_SETTLES).await;
+        }
     }
 
     /// Whether no server restarted (or went down) since `generations`.

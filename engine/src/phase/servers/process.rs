@@ -71,7 +71,15 @@ pub fn launch(spec: &ServerSpec, key: &str, port: u16, dir: &Path) -> io::Result
         stop_grace_seconds: spec.stop_grace_seconds,
         command,
     };
-    write_record(&record, &written)?;
+    if let Err(error) = write_record(&record, &written) {
+        // Unrecorded, it could outlive a kill -9 of the daemon unseen: it
+        // goes (tokio reaps the child it drops).
+        signal_group(pid as i32, libc::SIGKILL);
+        return Err(io::Error::new(
+            error.kind(),
+            format!("cannot record it in {}: {error}", record.display()),
+        ));
+    }
     Ok(Launched {
         child,
         pid,

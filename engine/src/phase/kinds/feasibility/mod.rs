@@ -399,15 +399,35 @@ async fn run_inner(run: &RunContext, spec: FeasibilitySpec) -> Result<Ended, Str
             ..PhaseState::default()
         };
     }
-    let mut sweep: Sweep = state.stats()?;
+    let sweep: Sweep = state.stats()?;
     let Some(shape) = shape(run, &spec).await? else {
         return Ok(Ended::Stopped);
     };
     // Servers the daemon runs for the shape are measured once ready, and
-    // kept for the whole sweep.
-    let Some((shape, _servers)) = crate::phase::kinds::generation::serving::attach(run, &shape).await? else {
+    // kept for the whole sweep; one that gives up breaks the run off,
+    // naming it.
+    use crate::phase::kinds::generation::serving;
+    let Some((shape, servers)) = serving::attach(run, &shape).await? else {
         return Ok(Ended::Stopped);
     };
+    let watched = serving::Watched::new(run, &servers);
+    match measure_on(&watched.run, spec, state, sweep, shape).await {
+        Ok(Ended::Stopped) => match watched.gave_up() {
+            Some(why) => Err(why),
+            None => Ok(Ended::Stopped),
+        },
+        other => other,
+    }
+}
+
+/// The sweep, on servers that are ready.
+async fn measure_on(
+    run: &RunContext,
+    spec: FeasibilitySpec,
+    mut state: PhaseState,
+    mut sweep: Sweep,
+    shape: GenerationSpec,
+) -> Result<Ended, String> {
     let seed = spec.seed.unwrap_or(DEFAULT_SEED);
     let (sample, usable) = measure::sample_prompts(&shape, spec.sample_size, seed)?;
     let records = spec.records.unwrap_or(usable);

@@ -52,7 +52,7 @@ impl Watched {
                     *slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(gave_up);
                 }
             }
-            let _ = stop_tx.send(true);
+            stop_tx.send_replace(true);
             // Held until the run is over: a dropped sender reads as a stop.
             std::future::pending::<()>().await;
         });
@@ -92,8 +92,11 @@ where
             return std::future::pending().await;
         };
         let answer = send().await;
-        if answer.is_err() && !attached.still(&generations) {
-            continue;
+        if answer.is_err() && !attached.is_empty() {
+            attached.settle(&generations).await;
+            if !attached.still(&generations) {
+                continue;
+            }
         }
         return answer;
     }
