@@ -36,9 +36,17 @@ fn example_plan(endpoint: &str, prompts: &Path, out: &Path, shards: u32) -> Stri
     );
     let text = replace(
         text,
-        "endpoints = [\"http://127.0.0.1:8088\"]",
+        "endpoints = [\"server:local\"]",
         format!("endpoints = [{endpoint:?}]"),
     );
+    // The example's own server is the mock here: its [servers.local]
+    // section goes.
+    let start = text.find("[servers.local]").expect("the example's server");
+    let end = start
+        + text[start..]
+            .find("\n[sampling]")
+            .expect("[sampling] after it");
+    let text = format!("{}{}", &text[..start], &text[end + 1..]);
     let text = replace(
         text,
         "dir = \"../fixtures/smollm2\"",

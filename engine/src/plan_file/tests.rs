@@ -330,3 +330,36 @@ fn adaptation_and_tokenization_shard_from_their_sections_too() {
     let steps = derive(&parse(GOOD, None).unwrap());
     assert!(steps[0].spec.get("shards").is_none());
 }
+
+#[test]
+fn a_server_section_goes_to_the_generation_that_names_it() {
+    let text = GOOD.replace(
+        "endpoints = [\"http://127.0.0.1:8080/v1\"]",
+        "endpoints = [\"server:local\"]",
+    ) + "\n[servers.local]\ncommand = [\"../scripts/serve\", \"--port\", \"{port}\"]\nmax_restarts = 2\n";
+    let p = parse(&text, Some(Path::new("/home/me/plans"))).unwrap();
+    let steps = derive(&p);
+    let gen = steps.iter().find(|s| s.section == "generation").unwrap();
+    let server = &gen.spec["servers"]["local"];
+    assert_eq!(server["command"][0], "/home/me/plans/../scripts/serve");
+    assert_eq!(server["max_restarts"], 2);
+    assert_eq!(gen.spec["endpoints"][0], "server:local");
+    // A refusal of the server's spec is blamed on its section.
+    assert_eq!(
+        gen.file_path("spec.servers.local.command[0]"),
+        "servers.local.command[0]"
+    );
+
+    // An endpoint naming no server, a server no endpoint names, a server
+    // without {port}: each refused where it is.
+    let unnamed = text.replace("\"server:local\"", "\"server:other\"");
+    let base = Some(Path::new("/home/me/plans"));
+    let e = parse(&unnamed, base).unwrap_err();
+    assert_eq!(e.path, "model.endpoints[0]", "{e}");
+    let unused = GOOD.to_string() + "\n[servers.local]\ncommand = [\"/bin/serve\", \"{port}\"]\n";
+    assert_eq!(refusal(&unused).path, "servers.local");
+    let no_port = text.replace(", \"--port\", \"{port}\"", "");
+    let e = parse(&no_port, base).unwrap_err();
+    assert_eq!(e.path, "servers.local.command", "{e}");
+    assert!(e.reason.contains("{port}"), "{e}");
+}
