@@ -186,6 +186,13 @@ pub enum Command {
     /// Each with what it does, its section in a plan file and the schedule
     /// actions its tasks take.
     Kinds,
+    /// The inference servers the daemon runs for phase tasks
+    ///
+    /// Each server a spec names (`servers.NAME`, an endpoint
+    /// "server:NAME"): its state (starting, ready, restarting, given_up),
+    /// pid, URL, uptime, restarts, the tasks that use it and how its last
+    /// process ended. Each daemon lists its own.
+    Servers,
     /// Print a one-time login URL for the daemon's status page
     ///
     /// The page shows the plans, their phases and a running phase's progress,

@@ -145,6 +145,27 @@ impl Todos for Mock {
         }))
     }
 
+    async fn list_servers(
+        &self,
+        req: Request<todod_proto::ListServersRequest>,
+    ) -> R<todod_proto::ListServersResponse> {
+        self.check("list_servers", &req)?;
+        Ok(Response::new(todod_proto::ListServersResponse {
+            servers: vec![todod_proto::ServerInfo {
+                name: "local".into(),
+                id: "local-0123456789ab".into(),
+                state: "ready".into(),
+                pid: 4242,
+                url: "http://127.0.0.1:41237/v1".into(),
+                uptime_seconds: 312,
+                restarts: 3,
+                last_exit: "killed by signal 9 (SIGKILL); its log ends:\nthe end".into(),
+                tasks: vec!["t3".into()],
+                devices: 8,
+            }],
+        }))
+    }
+
     async fn open_page(&self, req: Request<OpenPageRequest>) -> R<OpenPageResponse> {
         self.check("open_page", &req)?;
         let plan = &req.get_ref().plan;
@@ -650,4 +671,30 @@ async fn watch_resumes_from_the_last_seq_after_a_break() {
         .expect("exits")
         .expect("status");
     assert_eq!(status.code(), Some(0));
+}
+
+#[tokio::test]
+async fn servers_lists_each_server_with_its_state_restarts_and_last_exit() {
+    let d = start(false, Some("s3cret")).await;
+    let out = run(&d.addr, &["--token", "s3cret", "servers"], None).await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert!(lines[0].starts_with("NAME   STATE  PID   URL"), "{stdout}");
+    assert!(
+        lines[1].starts_with("local  ready  4242  http://127.0.0.1:41237/v1  5m12s"),
+        "{stdout}"
+    );
+    assert!(lines[1].ends_with("3         t3"), "{stdout}");
+    assert_eq!(
+        lines[2],
+        "local (local-0123456789ab): last exit: killed by signal 9 (SIGKILL); its log ends:"
+    );
+    let out = run(&d.addr, &["--token", "s3cret", "--json", "servers"], None).await;
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(json["servers"][0]["restarts"], 3);
+    assert_eq!(
+        json["servers"][0]["last_exit"],
+        "killed by signal 9 (SIGKILL); its log ends:\nthe end"
+    );
 }

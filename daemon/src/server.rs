@@ -296,8 +296,23 @@ async fn serve(
         .as_ref()
         .and_then(|l| l.local_addr().ok())
         .map(page_base);
+    // The inference servers specs ask the daemon to run: their logs and pid
+    // records in the state directory, where the next daemon looks for what
+    // a killed one left running (a daemon without one, in a test, has a
+    // folder of its own run).
+    let run_id = runtime::new_run_id();
+    let server_dir = match &options.bounds.state_dir {
+        Some(state) => state.join("servers"),
+        None => std::env::temp_dir().join(format!("todod-servers-{run_id}")),
+    };
+    let inference_servers = todod_engine::phase::servers::Servers::new(
+        PhaseStore::new(store.clone()),
+        server_dir,
+        options.telemetry.clone(),
+    );
     let todos = TodosServer::new(
         TodoService::new(store.clone(), bounds.clone(), stop_rx.clone())
+            .with_servers(inference_servers.clone())
             .with_clock(clock.clone())
             .with_page(page_shared.logins.clone(), page_base),
     )
@@ -308,19 +323,6 @@ async fn serve(
 
     // Phase runs go on beside the API and stop with it, resumable.
     let gates = todod_engine::phase::gate::Gates::default();
-    let run_id = runtime::new_run_id();
-    // The inference servers specs ask the daemon to run: their logs and pid
-    // records in the state directory, where the next daemon looks for what
-    // a killed one left running.
-    let server_dir = match &options.bounds.state_dir {
-        Some(state) => state.join("servers"),
-        None => std::env::temp_dir().join(format!("todod-servers-{run_id}")),
-    };
-    let inference_servers = todod_engine::phase::servers::Servers::new(
-        PhaseStore::new(store.clone()),
-        server_dir,
-        options.telemetry.clone(),
-    );
     let settings = runtime::Settings {
         run_id: run_id.clone(),
         fs: options.fs.clone().unwrap_or_else(|| Arc::new(RealFs)),

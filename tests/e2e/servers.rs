@@ -188,6 +188,23 @@ async fn a_server_the_daemon_runs_comes_back_after_kills_and_a_freeze_and_no_pro
             .and_then(|l| l.rsplit(' ').next())
             .map(str::to_string)
     };
+    // ListServers (`todoctl servers`) likewise, with its process.
+    let listed = c
+        .list_servers(proto::ListServersRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .servers;
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_eq!(listed[0].state, "ready");
+    assert_eq!(listed[0].restarts, 3);
+    assert_eq!(Some(listed[0].pid as i32), server_pid(&state));
+    assert_eq!(listed[0].tasks, std::slice::from_ref(&id));
+    assert!(
+        listed[0].last_exit.starts_with("killed by signal 9"),
+        "{:?}",
+        listed[0].last_exit
+    );
     assert_eq!(
         figure("todod_server_restarts_total").as_deref(),
         Some("3"),
@@ -284,11 +301,13 @@ async fn a_daemon_killed_while_its_server_runs_leaves_one_server_after_the_resta
     let script = local_backend().display().to_string();
     let mut daemon = RealDaemon::spawn_with(&state, &["--allow-server-command", &script]);
     let mut c = daemon.client().await;
+    let mut server = llama(2);
+    server["keep_idle_seconds"] = json!(600);
     let id = create_phase(
         &mut c,
         "srv",
         "generation",
-        &spec(dir.path(), llama(2)).to_string(),
+        &spec(dir.path(), server).to_string(),
         &[],
     )
     .await
@@ -302,7 +321,7 @@ async fn a_daemon_killed_while_its_server_runs_leaves_one_server_after_the_resta
         "the server went with the daemon: nothing to find"
     );
 
-    let daemon = RealDaemon::spawn_with(&state, &["--allow-server-command", &script]);
+    let mut daemon = RealDaemon::spawn_with(&state, &["--allow-server-command", &script]);
     let mut c = daemon.client().await;
     let task = wait_task(&mut c, "srv", &id, |t| {
         ["completed", "failed"].contains(&t.status.as_str())
@@ -323,6 +342,26 @@ async fn a_daemon_killed_while_its_server_runs_leaves_one_server_after_the_resta
     assert_eq!(ids.len(), PROMPTS);
     assert!(ids.values().all(|n| *n == 1), "an id written twice");
     assert_eq!(failures, 0);
+    // Kept while idle (keep_idle_seconds), as `todoctl servers` says; it
+    // goes with a clean stop of the daemon, and its record with it.
+    let second = server_pid(&state).expect("the idle server kept");
+    let token = daemon.token.clone();
+    let listed = todod_e2e::cli::run_at(&daemon.url(), token.as_deref(), &["servers"]);
+    assert_eq!(listed.code, 0, "{}", listed.stderr);
+    let row = listed.stdout.lines().nth(1).unwrap_or_default().to_string();
+    assert!(row.starts_with("local  ready  "), "{}", listed.stdout);
+    assert!(row.contains(&format!("  {second}  ")), "{}", listed.stdout);
+    assert!(row.ends_with("(idle)"), "{}", listed.stdout);
+    assert!(daemon.terminate().success());
+    assert_eq!(
+        server_pid(&state),
+        None,
+        "a server recorded after a clean stop"
+    );
+    assert!(
+        !alive(second),
+        "the server {second} outlived its daemon's clean stop"
+    );
 }
 
 #[tokio::test]

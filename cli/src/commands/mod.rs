@@ -4,6 +4,7 @@ mod live;
 mod open;
 mod ping;
 pub mod plans;
+mod servers;
 pub mod tasks;
 mod wait;
 mod watch;
@@ -262,6 +263,7 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Backup { file } => plans::backup(&ctx, &file).await,
         Command::Open { plan, browser } => open::open(&ctx, plan, browser).await,
         Command::Kinds => open::kinds(&ctx).await,
+        Command::Servers => servers::servers(&ctx).await,
         Command::Schedule {
             task,
             cron,

@@ -48,6 +48,8 @@ pub struct TodoService {
     /// Where the status page's logins are kept, and the page's address
     /// (`http://host:port`) when the daemon has a TCP listener.
     page: Option<(Arc<logins::Logins>, Option<String>)>,
+    /// The inference servers the daemon runs, for `ListServers`.
+    servers: Option<todod_engine::phase::servers::Servers>,
 }
 
 impl TodoService {
@@ -62,7 +64,14 @@ impl TodoService {
             shutdown,
             clock: Arc::new(crate::scheduler::SystemClock),
             page: None,
+            servers: None,
         }
+    }
+
+    /// Lets `ListServers` list the servers the daemon runs.
+    pub fn with_servers(mut self, servers: todod_engine::phase::servers::Servers) -> TodoService {
+        self.servers = Some(servers);
+        self
     }
 
     /// Lets `OpenPage` mint logins for the page at `base`.
@@ -281,6 +290,29 @@ impl Todos for TodoService {
         Ok(Response::new(proto::ListKindsResponse {
             kinds: convert::kind_infos(),
         }))
+    }
+
+    async fn list_servers(
+        &self,
+        _request: Request<proto::ListServersRequest>,
+    ) -> Result<Response<proto::ListServersResponse>, Status> {
+        let views = self.servers.as_ref().map(|s| s.views()).unwrap_or_default();
+        let servers = views
+            .into_iter()
+            .map(|v| proto::ServerInfo {
+                name: v.name,
+                id: v.id,
+                state: v.state.to_string(),
+                pid: i64::from(v.pid),
+                url: v.url,
+                uptime_seconds: v.uptime.as_secs() as i64,
+                restarts: v.restarts as i64,
+                last_exit: v.last_exit,
+                tasks: v.tasks.iter().map(|t| t.to_string()).collect(),
+                devices: i64::from(v.devices),
+            })
+            .collect();
+        Ok(Response::new(proto::ListServersResponse { servers }))
     }
 
     async fn open_page(

@@ -87,10 +87,49 @@ struct Supervised {
     state: watch::Sender<State>,
     /// The tasks that use it, with how many runs of each.
     users: watch::Sender<BTreeMap<TaskId, usize>>,
+    /// What `todoctl servers` shows beside its state.
+    status: Mutex<Status>,
     /// Set, under the table's lock, once it is to stop for want of users:
     /// a new use then waits for its end and starts another (never two at
     /// once, and never one whose stop is under way).
     retiring: std::sync::atomic::AtomicBool,
+}
+
+/// What a server's loop keeps for views.
+#[derive(Debug, Default, Clone)]
+struct Status {
+    pid: u32,
+    ready_since: Option<Instant>,
+    restarts: u64,
+    last_exit: String,
+}
+
+/// A server as `ListServers` shows it.
+#[derive(Debug, Clone)]
+pub struct ServerView {
+    pub name: String,
+    pub id: String,
+    pub state: &'static str,
+    pub pid: u32,
+    pub url: String,
+    pub uptime: Duration,
+    pub restarts: u64,
+    pub last_exit: String,
+    pub tasks: Vec<TaskId>,
+    pub devices: u32,
+}
+
+impl State {
+    /// Its word in views.
+    pub fn word(&self) -> &'static str {
+        match self {
+            State::Starting => "starting",
+            State::Ready { .. } => "ready",
+            State::Restarting => "restarting",
+            State::GaveUp(_) => "given_up",
+            State::Stopped => "stopped",
+        }
+    }
 }
 
 /// A task's use of a server; the server is stopped some time after the last
@@ -162,6 +201,7 @@ impl Servers {
                 port,
                 state: watch::channel(State::Starting).0,
                 users: watch::channel(BTreeMap::new()).0,
+                status: Default::default(),
                 retiring: Default::default(),
             });
             table.insert(key.clone(), server.clone());
@@ -214,13 +254,29 @@ impl Servers {
         }
     }
 
-    /// The servers running now: name, state and URL, for the log and views.
-    pub fn states(&self) -> Vec<(String, State, String)> {
+    /// The servers this daemon runs now, by name.
+    pub fn views(&self) -> Vec<ServerView> {
         let table = self.inner.table.lock().unwrap_or_else(|p| p.into_inner());
-        table
+        let mut views: Vec<ServerView> = table
             .values()
-            .map(|s| (s.name.clone(), s.state.borrow().clone(), s.url.clone()))
-            .collect()
+            .map(|s| {
+                let status = s.status.lock().unwrap_or_else(|p| p.into_inner()).clone();
+                ServerView {
+                    name: s.name.clone(),
+                    id: s.key.clone(),
+                    state: s.state.borrow().word(),
+                    pid: status.pid,
+                    url: s.url.clone(),
+                    uptime: status.ready_since.map_or(Duration::ZERO, |t| t.elapsed()),
+                    restarts: status.restarts,
+                    last_exit: status.last_exit,
+                    tasks: s.users.borrow().keys().copied().collect(),
+                    devices: s.spec.devices,
+                }
+            })
+            .collect();
+        views.sort_by(|a, b| a.id.cmp(&b.id));
+        views
     }
 
     /// Writes `what` in the history of each task that uses `server`.
@@ -265,6 +321,12 @@ impl Servers {
         {
             table.remove(&server.key);
         }
+    }
+}
+
+impl Supervised {
+    fn set_status(&self, change: impl FnOnce(&mut Status)) {
+        change(&mut self.status.lock().unwrap_or_else(|p| p.into_inner()));
     }
 }
 
@@ -395,6 +457,13 @@ async fn supervise(servers: Servers, server: Arc<Supervised>) {
         )
         .await;
         figures.up.set(0);
+        server.set_status(|s| {
+            s.pid = 0;
+            s.ready_since = None;
+            if let Run::Failed(failure) = &run {
+                s.last_exit = failure.said();
+            }
+        });
         let failure = match run {
             Run::Done => return end(State::Stopped),
             Run::Failed(failure) => failure,
@@ -426,6 +495,7 @@ async fn supervise(servers: Servers, server: Arc<Supervised>) {
         }
         server.state.send_replace(State::Restarting);
         figures.restarts.inc();
+        server.set_status(|s| s.restarts += 1);
         servers
             .note(
                 &server,
@@ -468,6 +538,7 @@ async fn run_once(
             })
         }
     };
+    server.set_status(|s| s.pid = launched.pid);
     servers
         .note(
             server,
@@ -524,6 +595,7 @@ async fn run_once(
     }
     *generation += 1;
     let ready_at = Instant::now();
+    server.set_status(|s| s.ready_since = Some(ready_at));
     servers
         .inner
         .telemetry
