@@ -139,6 +139,9 @@ async fn wait_progress_past(c: &mut Client, plan: &str, id: &str, done: i64) -> 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_the_daemon_runs_comes_back_after_kills_and_a_freeze_and_no_prompt_is_lost_or_doubled(
 ) {
+    if todod_e2e::sqlite_only("about the server's processes; the SQLite run covers it") {
+        return;
+    }
     const PROMPTS: usize = 300;
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("state");
@@ -294,6 +297,9 @@ async fn a_server_the_daemon_runs_comes_back_after_kills_and_a_freeze_and_no_pro
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_daemon_killed_while_its_server_runs_leaves_one_server_after_the_restart() {
+    if todod_e2e::sqlite_only("about the server's processes; the SQLite run covers it") {
+        return;
+    }
     const PROMPTS: usize = 200;
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("state");
@@ -488,5 +494,73 @@ command = ["{script}", "serve", "--port", "{{port}}"]
             .map(|r| r.into_inner().tasks.len())
             .unwrap_or(0);
         assert_eq!(tasks, 0, "{plan}: a task was created");
+    }
+}
+
+/// vLLM's engine dead behind a `/health` of 200 (vLLM #7633): the test
+/// server answers 10 completions, then fails every one with a 500
+/// EngineDeadError; started again, it answers them all. Its timer's probe is
+/// an hour away: the run's first failures have it probed at once, two
+/// failed probes restart it, and the requests that failed go again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_engine_dead_behind_a_healthy_health_is_restarted_at_its_first_failures() {
+    const PROMPTS: usize = 60;
+    let dir = tempfile::tempdir().unwrap();
+    write_prompts(&dir.path().join("prompts.jsonl"), PROMPTS, false);
+    let script = std::fs::canonicalize(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("support/servers/engine_dead.py"),
+    )
+    .unwrap();
+    let bounds = todod_engine::phase::Boundaries::default()
+        .allowing_server_commands(std::slice::from_ref(&script))
+        .unwrap();
+    let daemon = TestDaemon::start_with(todod::server::Options {
+        bounds,
+        ..Default::default()
+    })
+    .await;
+    let mut c = daemon.client().await;
+    let starts = dir.path().join("starts.txt");
+    let dead = json!({
+        "command": [script, "--port", "{port}", "--state", starts, "--healthy", "10"],
+        "restart_backoff_seconds": 0,
+        "probe_every_seconds": 3600,
+        "probe_timeout_seconds": 5,
+        "keep_idle_seconds": 0,
+    });
+    let mut spec = spec(dir.path(), dead);
+    spec["stream"] = json!(false);
+    spec["max_attempts"] = json!(2);
+    let id = create_phase(&mut c, "dead", "generation", &spec.to_string(), &[])
+        .await
+        .unwrap();
+    let task = wait_task(&mut c, "dead", &id, |t| {
+        ["completed", "failed"].contains(&t.status.as_str())
+    })
+    .await;
+    assert_eq!(task.status, "completed", "{}", task.error);
+    let events = server_events(&mut c, &id).await;
+    assert!(
+        events
+            .iter()
+            .any(|e| e.contains("the deep probe failed 2 times in a row")
+                && e.contains("EngineDeadError")),
+        "{events:#?}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&starts).unwrap(),
+        "2",
+        "{events:#?}"
+    );
+    // Every prompt once, answered by the server that worked; none failed
+    // for the dead engine.
+    let (ids, records, failures) = ids_written(dir.path());
+    assert_eq!(ids.len(), PROMPTS);
+    assert!(ids.values().all(|n| *n == 1), "an id written twice");
+    assert_eq!((records, failures), (PROMPTS, 0));
+    for record in todod_e2e::json_lines(&dir.path().join("out.jsonl")) {
+        let id = record["id"].as_str().unwrap();
+        let n = id.trim_start_matches('p');
+        assert_eq!(record["content"], format!("answer to question {n}"));
     }
 }

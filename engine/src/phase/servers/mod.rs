@@ -37,6 +37,9 @@ const EXIT_SETTLES: Duration = Duration::from_millis(500);
 /// restarted.
 const PROBES_MISSED: u32 = 2;
 
+/// How soon a probe follows one that failed.
+const PROBE_AGAIN: Duration = Duration::from_secs(1);
+
 /// How often a starting server is asked whether it is ready.
 const READY_POLL: Duration = Duration::from_millis(250);
 
@@ -89,6 +92,12 @@ struct Supervised {
     users: watch::Sender<BTreeMap<TaskId, usize>>,
     /// What `todoctl servers` shows beside its state.
     status: Mutex<Status>,
+    /// A run's request failed on it: probe it now, not at the next turn.
+    probe_now: tokio::sync::Notify,
+    /// Counts the deep probes it answered, so that a run whose request
+    /// failed learns whether the server is well (the failure is the
+    /// record's) or not (it is restarted, and the request sent again).
+    probes_answered: watch::Sender<u64>,
     /// Set, under the table's lock, once it is to stop for want of users:
     /// a new use then waits for its end and starts another (never two at
     /// once, and never one whose stop is under way).
@@ -202,6 +211,8 @@ impl Servers {
                 state: watch::channel(State::Starting).0,
                 users: watch::channel(BTreeMap::new()).0,
                 status: Default::default(),
+                probe_now: Default::default(),
+                probes_answered: watch::channel(0).0,
                 retiring: Default::default(),
             });
             table.insert(key.clone(), server.clone());
@@ -375,15 +386,34 @@ impl ServerUse {
         *self.server.state.borrow() == State::Ready { generation }
     }
 
-    /// Waits up to `within` for it to leave `Ready { generation }` (a
-    /// request failed: the process may have just died, unseen yet).
-    pub async fn settle(&self, generation: u64, within: Duration) {
-        let mut state = self.server.state.subscribe();
-        let _ = tokio::time::timeout(
-            within,
-            state.wait_for(|s| *s != State::Ready { generation }),
-        )
+    /// A request sent to it at `generation` failed: whether the server is
+    /// still well. It is probed at once (one probe for the failures that
+    /// come together); the answer is a probe answered after this (true), or
+    /// the server leaving that generation: it died, or the probes failed and
+    /// it is being restarted (false). Waits no longer than two probes'
+    /// time.
+    pub async fn still_well(&self, generation: u64) -> bool {
+        let server = &self.server;
+        let mut answered = server.probes_answered.subscribe();
+        let before = *answered.borrow_and_update();
+        let mut state = server.state.subscribe();
+        server.probe_now.notify_one();
+        let within = Duration::from_secs(server.spec.probe_timeout_seconds * PROBES_MISSED as u64)
+            + EXIT_SETTLES;
+        let left = async {
+            let _ = state.wait_for(|s| *s != State::Ready { generation }).await;
+        };
+        let probed = async {
+            let _ = answered.wait_for(|n| *n > before).await;
+        };
+        let _ = tokio::time::timeout(within, async {
+            tokio::select! {
+                _ = left => {}
+                _ = probed => {}
+            }
+        })
         .await;
+        self.still(generation)
     }
 
     /// Resolves with the reason once it has given up.
@@ -619,6 +649,7 @@ async fn run_once(
     let every = Duration::from_secs(spec.probe_every_seconds);
     let probe_within = Duration::from_secs(spec.probe_timeout_seconds);
     let mut unanswered = 0u32;
+    let mut next_probe = every;
     let ended = loop {
         let probed = tokio::select! {
             status = launched.child.wait() => {
@@ -637,14 +668,22 @@ async fn run_once(
                 break Run::Done;
             }
             probed = async {
-                tokio::time::sleep(every).await;
+                // At its turn, or at once when a run's request failed.
+                tokio::select! {
+                    _ = tokio::time::sleep(next_probe) => {}
+                    _ = server.probe_now.notified() => {}
+                }
                 probe::deep(http, &server.url, probe_within).await
             } => probed,
         };
         let Err(why) = probed else {
             unanswered = 0;
+            next_probe = every;
+            server.probes_answered.send_modify(|n| *n += 1);
             continue;
         };
+        // A failed probe is followed soon by the next.
+        next_probe = PROBE_AGAIN;
         // A probe cut by the process's end is that end.
         if let Ok(status) = tokio::time::timeout(EXIT_SETTLES, launched.child.wait()).await {
             launched.reap();
@@ -700,12 +739,14 @@ impl Attached {
         Ok(generations)
     }
 
-    /// Waits up to a moment for a server to leave the generation a failed
-    /// request was sent to (its death may not be seen yet).
-    pub async fn settle(&self, generations: &[u64]) {
+    /// A request sent at `generations` failed: whether every server is
+    /// still well (see [`ServerUse::still_well`]).
+    pub async fn still_well(&self, generations: &[u64]) -> bool {
+        let mut well = true;
         for (server, generation) in self.uses.iter().zip(generations) {
-            server.settle(*generation, EXIT_SETTLES).await;
+            well &= server.still_well(*generation).await;
         }
+        well
     }
 
     /// Whether no server restarted (or went down) since `generations`.

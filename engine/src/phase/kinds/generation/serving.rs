@@ -92,11 +92,12 @@ where
             return std::future::pending().await;
         };
         let answer = send().await;
-        if answer.is_err() && !attached.is_empty() {
-            attached.settle(&generations).await;
-            if !attached.still(&generations) {
-                continue;
-            }
+        // A failure is the record's only if its server is well: asked at
+        // once, a server whose process died, or whose engine fails
+        // everything while its /health says 200, is restarted, and the
+        // request goes again once it is back.
+        if answer.is_err() && !attached.is_empty() && !attached.still_well(&generations).await {
+            continue;
         }
         return answer;
     }
