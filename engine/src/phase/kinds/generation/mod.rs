@@ -911,12 +911,22 @@ async fn run_inner(run: &RunContext, spec: GenerationSpec) -> Result<Ended, Stri
 }
 
 fn client(spec: &GenerationSpec) -> Result<InferenceClient, String> {
+    let default = Backoff::default();
     let limits = Limits {
         deadline: Duration::from_secs(spec.request_deadline_seconds),
         idle_timeout: Duration::from_secs(spec.stream_idle_seconds),
         backoff: Backoff {
             max_attempts: spec.max_attempts,
-            ..Backoff::default()
+            // On servers the daemon runs, a request that failed while its
+            // server was down goes again once the server is back
+            // (`serving::send_through`): the client's own waits stay short,
+            // so that none sleeps on past the server's return.
+            cap: if spec.servers.is_empty() {
+                default.cap
+            } else {
+                serving::RETRY_CAP
+            },
+            ..default
         },
         ..Limits::default()
     };

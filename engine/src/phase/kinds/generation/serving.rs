@@ -12,6 +12,10 @@ use crate::phase::RunContext;
 
 use super::spec::GenerationSpec;
 
+/// The longest a request on a server the daemon runs waits before the
+/// client tries it again (its backoff's cap).
+pub const RETRY_CAP: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// The spec with its endpoints as URLs, and the servers attached, once they
 /// are ready; `None` when the run was told to stop meanwhile.
 pub async fn attach(
