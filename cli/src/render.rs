@@ -319,6 +319,45 @@ pub fn blocked_line(t: &Task) -> String {
 
 /// The failed tasks of a plan, each with why (the first line of its error):
 /// `status` says what failed, not only how many.
+/// The servers the daemon runs for a plan's phases, a line each (and how
+/// the last process of each ended, if one has): nothing without any.
+pub fn servers_section(servers: &[todod_proto::ServerInfo]) -> String {
+    let mut out = String::new();
+    if servers.is_empty() {
+        return out;
+    }
+    out.push_str("\n  servers:\n");
+    for s in servers {
+        let mut line = format!(
+            "    {}  {}",
+            crate::safe::escape(&s.name),
+            crate::safe::escape(&s.state)
+        );
+        if s.pid != 0 {
+            line.push_str(&format!("  pid {}", s.pid));
+        }
+        line.push_str(&format!("  {}", crate::safe::escape(&s.url)));
+        if s.state == "ready" {
+            line.push_str(&format!(
+                "  up {}",
+                todod_proto::readable::duration(s.uptime_seconds)
+            ));
+        }
+        let plural = if s.restarts == 1 { "" } else { "s" };
+        line.push_str(&format!("  {} restart{plural}", s.restarts));
+        line.push_str(&format!("  ({})", crate::safe::escape(&s.tasks.join(", "))));
+        out.push_str(&line);
+        out.push('\n');
+        if let Some(first) = s.last_exit.lines().next() {
+            out.push_str(&format!(
+                "      last exit: {}\n",
+                crate::safe::escape(first)
+            ));
+        }
+    }
+    out
+}
+
 pub fn failed_section(failed: &[Task], count: i64) -> String {
     let mut out = String::new();
     if failed.is_empty() {

@@ -66,12 +66,25 @@ pub async fn plan_screen(
     let mut value = json::summary(&summary);
     value["phases"] = serde_json::Value::Array(phases.iter().map(json::task).collect());
     value["failed"] = serde_json::Value::Array(failed.iter().map(json::task).collect());
+    // The servers the daemon runs for these phases (a daemon without the
+    // call, older than it, has none to show).
+    let ids: Vec<&str> = phases.iter().map(|t| t.id.as_str()).collect();
+    let servers: Vec<todod_proto::ServerInfo> = client
+        .list_servers(todod_proto::ListServersRequest {})
+        .await
+        .map(|r| r.into_inner().servers)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|s| s.tasks.iter().any(|t| ids.contains(&t.as_str())))
+        .collect();
+    value["servers"] = serde_json::to_value(&servers).unwrap_or_default();
     let mut text = render::plan_summary(&summary);
     text.push_str(&render::failed_section(&failed, failed_count));
     if !phases.is_empty() {
         text.push('\n');
         text.push_str(&crate::phase_view::pipeline(&phases));
     }
+    text.push_str(&render::servers_section(&servers));
     Ok((text, value))
 }
 

@@ -203,6 +203,24 @@ async fn a_server_the_daemon_runs_comes_back_after_kills_and_a_freeze_and_no_pro
     assert_eq!(listed[0].restarts, 3);
     assert_eq!(Some(listed[0].pid as i32), server_pid(&state));
     assert_eq!(listed[0].tasks, std::slice::from_ref(&id));
+    // And `todoctl status` beside the plan's phases.
+    let token = daemon.token.clone();
+    let status = todod_e2e::cli::run_at(&daemon.url(), token.as_deref(), &["status", "srv"]);
+    assert_eq!(status.code, 0, "{}", status.stderr);
+    let line = format!("    local  ready  pid {}  ", listed[0].pid);
+    assert!(status.stdout.contains(&line), "{}", status.stdout);
+    assert!(
+        status.stdout.contains("3 restarts  (t1)"),
+        "{}",
+        status.stdout
+    );
+    assert!(
+        status
+            .stdout
+            .contains("      last exit: killed by signal 9 (SIGKILL)"),
+        "{}",
+        status.stdout
+    );
     assert!(
         listed[0].last_exit.starts_with("killed by signal 9"),
         "{:?}",
