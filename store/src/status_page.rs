@@ -27,7 +27,7 @@ pub struct NotableEvent {
 }
 
 /// The event types [`Store::notable_events`] returns.
-pub const NOTABLE: [&str; 8] = [
+pub const NOTABLE: [&str; 9] = [
     "schedule_fired",
     "schedule_ended",
     "drift",
@@ -36,6 +36,7 @@ pub const NOTABLE: [&str; 8] = [
     "resumed",
     "forked",
     "unreachable",
+    "server",
 ];
 
 impl Store {

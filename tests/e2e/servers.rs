@@ -203,6 +203,21 @@ async fn a_server_the_daemon_runs_comes_back_after_kills_and_a_freeze_and_no_pro
     assert_eq!(listed[0].restarts, 3);
     assert_eq!(Some(listed[0].pid as i32), server_pid(&state));
     assert_eq!(listed[0].tasks, std::slice::from_ref(&id));
+    // The status page shows its events in the phase's section.
+    let page = reqwest::Client::new()
+        .get(format!("{}/plans/srv", daemon.url()))
+        .bearer_auth(daemon.token.clone().unwrap_or_default())
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        page.contains("server local: killed by signal 9 (SIGKILL); its log ends:"),
+        "{page}"
+    );
+    assert!(page.contains("server local: ready after"), "{page}");
     // And `todoctl status` beside the plan's phases.
     let token = daemon.token.clone();
     let status = todod_e2e::cli::run_at(&daemon.url(), token.as_deref(), &["status", "srv"]);
