@@ -317,8 +317,6 @@ pub fn blocked_line(t: &Task) -> String {
     }
 }
 
-/// The failed tasks of a plan, each with why (the first line of its error):
-/// `status` says what failed, not only how many.
 /// The servers the daemon runs for a plan's phases, a line each (and how
 /// the last process of each ended, if one has): nothing without any.
 pub fn servers_section(servers: &[todod_proto::ServerInfo]) -> String {
@@ -358,6 +356,8 @@ pub fn servers_section(servers: &[todod_proto::ServerInfo]) -> String {
     out
 }
 
+/// The failed tasks of a plan, each with why (the first line of its error):
+/// `status` says what failed, not only how many.
 pub fn failed_section(failed: &[Task], count: i64) -> String {
     let mut out = String::new();
     if failed.is_empty() {

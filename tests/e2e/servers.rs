@@ -121,11 +121,21 @@ fn ids_written(dir: &Path) -> (HashMap<String, usize>, usize, usize) {
     (ids, out.len(), failed.len())
 }
 
-/// Waits until the run has committed more than `done` records; the task
-/// must still be running (so what comes next lands mid-run).
-async fn wait_progress_past(c: &mut Client, plan: &str, id: &str, done: i64) -> i64 {
+/// Waits until the run has committed three rounds of its concurrency
+/// beyond what it has now (so that the requests a restart sent again are
+/// answered before the next disruption: one request meeting several is
+/// another test's case); the task must still be running (so what comes
+/// next lands mid-run).
+async fn wait_progress_past(c: &mut Client, plan: &str, id: &str, _done: i64) -> i64 {
+    let now = c
+        .get_task(proto::GetTaskRequest { id: id.into() })
+        .await
+        .unwrap()
+        .into_inner()
+        .progress
+        .map_or(0, |p| p.done);
     let task = wait_task(c, plan, id, |t| {
-        t.status != "in_progress" || t.progress.as_ref().is_some_and(|p| p.done > done)
+        t.status != "in_progress" || t.progress.as_ref().is_some_and(|p| p.done > now + 12)
     })
     .await;
     assert_eq!(

@@ -94,9 +94,13 @@ struct Supervised {
     status: Mutex<Status>,
     /// A run's request failed on it: probe it now, not at the next turn.
     probe_now: tokio::sync::Notify,
-    /// Counts the deep probes it answered, so that a run whose request
-    /// failed learns whether the server is well (the failure is the
-    /// record's) or not (it is restarted, and the request sent again).
+    /// Numbers the deep probes as they start.
+    probes_started: std::sync::atomic::AtomicU64,
+    /// The number of the latest probe it answered, so that a run whose
+    /// request failed learns whether the server is well after the failure
+    /// (the failure is the record's) or not (it is restarted, and the
+    /// request sent again): a probe started before the failure says
+    /// nothing of it.
     probes_answered: watch::Sender<u64>,
     /// Set, under the table's lock, once it is to stop for want of users:
     /// a new use then waits for its end and starts another (never two at
@@ -212,6 +216,7 @@ impl Servers {
                 users: watch::channel(BTreeMap::new()).0,
                 status: Default::default(),
                 probe_now: Default::default(),
+                probes_started: Default::default(),
                 probes_answered: watch::channel(0).0,
                 retiring: Default::default(),
             });
@@ -388,23 +393,24 @@ impl ServerUse {
 
     /// A request sent to it at `generation` failed: whether the server is
     /// still well. It is probed at once (one probe for the failures that
-    /// come together); the answer is a probe answered after this (true), or
-    /// the server leaving that generation: it died, or the probes failed and
-    /// it is being restarted (false). Waits no longer than two probes'
-    /// time.
+    /// come together); the answer is a probe started after this and
+    /// answered (true), or the server leaving that generation: it died, or
+    /// its probes failed and it is being restarted (false). Waits no longer
+    /// than the probes that would restart it take.
     pub async fn still_well(&self, generation: u64) -> bool {
         let server = &self.server;
         let mut answered = server.probes_answered.subscribe();
-        let before = *answered.borrow_and_update();
         let mut state = server.state.subscribe();
+        // The next probe to start is the first that speaks of now.
+        let next = server.probes_started.load(Ordering::Acquire) + 1;
         server.probe_now.notify_one();
-        let within = Duration::from_secs(server.spec.probe_timeout_seconds * PROBES_MISSED as u64)
-            + EXIT_SETTLES;
+        let probe = Duration::from_secs(server.spec.probe_timeout_seconds);
+        let within = (probe + EXIT_SETTLES) * PROBES_MISSED + PROBE_AGAIN + Duration::from_secs(1);
         let left = async {
             let _ = state.wait_for(|s| *s != State::Ready { generation }).await;
         };
         let probed = async {
-            let _ = answered.wait_for(|n| *n > before).await;
+            let _ = answered.wait_for(|n| *n >= next).await;
         };
         let _ = tokio::time::timeout(within, async {
             tokio::select! {
@@ -668,18 +674,28 @@ async fn run_once(
                 break Run::Done;
             }
             probed = async {
-                // At its turn, or at once when a run's request failed.
-                tokio::select! {
-                    _ = tokio::time::sleep(next_probe) => {}
-                    _ = server.probe_now.notified() => {}
+                // At its turn, or at once when a run's request failed; the
+                // probe after one that failed keeps its second apart (a
+                // failure meanwhile must not bring it closer).
+                if unanswered == 0 {
+                    tokio::select! {
+                        _ = tokio::time::sleep(next_probe) => {}
+                        _ = server.probe_now.notified() => {}
+                    }
+                } else {
+                    tokio::time::sleep(PROBE_AGAIN).await;
                 }
-                probe::deep(http, &server.url, probe_within).await
+                let number = server.probes_started.fetch_add(1, Ordering::AcqRel) + 1;
+                (number, probe::deep(http, &server.url, probe_within).await)
             } => probed,
         };
+        let (number, probed) = probed;
         let Err(why) = probed else {
             unanswered = 0;
             next_probe = every;
-            server.probes_answered.send_modify(|n| *n += 1);
+            server
+                .probes_answered
+                .send_modify(|n| *n = (*n).max(number));
             continue;
         };
         // A failed probe is followed soon by the next.
@@ -699,6 +715,9 @@ async fn run_once(
             tracing::warn!(server = %server.name, %why, "a deep probe failed; probing again");
             continue;
         }
+        // Not ready from now: a run's failed request need not wait for the
+        // stop to learn it.
+        server.state.send_replace(State::Restarting);
         let status = launched.stop(spec.stop_grace()).await;
         break Run::Failed(Failure {
             what: format!(
@@ -710,6 +729,9 @@ async fn run_once(
         });
     };
     *ready_for = ready_at.elapsed();
+    if matches!(ended, Run::Failed(_)) {
+        server.state.send_replace(State::Restarting);
+    }
     ended
 }
 
@@ -742,11 +764,15 @@ impl Attached {
     /// A request sent at `generations` failed: whether every server is
     /// still well (see [`ServerUse::still_well`]).
     pub async fn still_well(&self, generations: &[u64]) -> bool {
-        let mut well = true;
-        for (server, generation) in self.uses.iter().zip(generations) {
-            well &= server.still_well(*generation).await;
-        }
-        well
+        let asked = self
+            .uses
+            .iter()
+            .zip(generations)
+            .map(|(server, generation)| server.still_well(*generation));
+        futures::future::join_all(asked)
+            .await
+            .into_iter()
+            .all(|well| well)
     }
 
     /// Whether no server restarted (or went down) since `generations`.

@@ -12,6 +12,9 @@ use crate::phase::RunContext;
 
 use super::spec::GenerationSpec;
 
+/// Restarts of its server one request may meet and still be sent again.
+const MAX_RESTARTS_MET: u32 = 4;
+
 /// The longest a request on a server the daemon runs waits before the
 /// client tries it again (its backoff's cap).
 pub const RETRY_CAP: std::time::Duration = std::time::Duration::from_secs(1);
@@ -91,6 +94,7 @@ where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<T, E>>,
 {
+    let mut restarts_met = 0;
     loop {
         let Ok(generations) = attached.ready().await else {
             return std::future::pending().await;
@@ -100,7 +104,14 @@ where
         // once, a server whose process died, or whose engine fails
         // everything while its /health says 200, is restarted, and the
         // request goes again once it is back.
-        if answer.is_err() && !attached.is_empty() && !attached.still_well(&generations).await {
+        // A request that met this many restarts may be what kills the
+        // server: its failure is its own then.
+        if answer.is_err()
+            && !attached.is_empty()
+            && restarts_met < MAX_RESTARTS_MET
+            && !attached.still_well(&generations).await
+        {
+            restarts_met += 1;
             continue;
         }
         return answer;
