@@ -41,7 +41,10 @@ fn example_plan(endpoint: &str, prompts: &Path, out: &Path, shards: u32) -> Stri
     );
     // The example's own server is the mock here: its [servers.local]
     // section goes.
-    let start = text.find("\n[servers.local]\n").expect("the example's server") + 1;
+    let start = text
+        .find("\n[servers.local]\n")
+        .expect("the example's server")
+        + 1;
     let end = start
         + text[start..]
             .find("\n[sampling]")
