@@ -308,7 +308,7 @@ fn check_servers(
         .iter()
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
-    crate::phase::servers::check_all(&typed, endpoints, None).map_err(|e| {
+    crate::phase::servers::check_all(&typed, endpoints).map_err(|e| {
         let text = e.to_string();
         let (path, reason) = text.split_once(": ").unwrap_or(("servers", &text));
         let path = path.strip_prefix("spec.").unwrap_or(path);

@@ -205,8 +205,12 @@ fn event_text(e: &todod_store::NotableEvent) -> String {
     let value: Value = serde_json::from_str(&e.value).unwrap_or(Value::Null);
     match value["message"].as_str() {
         Some(message) => message.to_string(),
-        // Its first line: a server's exit quotes its log's end below.
-        None if !e.reason.is_empty() => e.reason.lines().next().unwrap_or_default().to_string(),
+        // Its first line: a server's exit quotes its log's end below it,
+        // which the page leaves to `todoctl show` (so no dangling "ends:").
+        None if !e.reason.is_empty() => {
+            let first = e.reason.lines().next().unwrap_or_default();
+            first.trim_end_matches("; its log ends:").to_string()
+        }
         None => e.value.clone(),
     }
 }

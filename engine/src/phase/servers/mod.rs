@@ -24,7 +24,7 @@ use tokio::sync::watch;
 use todod_domain::TaskId;
 
 use super::phase_store::PhaseStore;
-pub use spec::{check_all, check_endpoints, named, ServerSpec, ENDPOINT_PREFIX};
+pub use spec::{check_all, check_allowed, named, ServerSpec, ENDPOINT_PREFIX};
 
 /// The longest wait between two restarts, however many came before.
 const MAX_BACKOFF: Duration = Duration::from_secs(300);
@@ -92,6 +92,8 @@ struct Supervised {
     users: watch::Sender<BTreeMap<TaskId, usize>>,
     /// What `todoctl servers` shows beside its state.
     status: Mutex<Status>,
+    /// Its `todod_server_up` and `todod_server_restarts_total`.
+    figures: todod_telemetry::ServerInstruments,
     /// A run's request failed on it: probe it now, not at the next turn.
     probe_now: tokio::sync::Notify,
     /// Numbers the deep probes as they start.
@@ -215,6 +217,7 @@ impl Servers {
                 state: watch::channel(State::Starting).0,
                 users: watch::channel(BTreeMap::new()).0,
                 status: Default::default(),
+                figures: self.inner.telemetry.server(name, &key),
                 probe_now: Default::default(),
                 probes_started: Default::default(),
                 probes_answered: watch::channel(0).0,
@@ -470,7 +473,6 @@ enum Run {
 /// before its end is told (a waiting `acquire` then starts a new one).
 async fn supervise(servers: Servers, server: Arc<Supervised>) {
     let spec = &server.spec;
-    let figures = servers.inner.telemetry.server(&server.name, &server.key);
     let first_backoff = Duration::from_secs(spec.restart_backoff_seconds);
     let window = Duration::from_secs(spec.restart_window_seconds);
     let window_words = todod_proto::readable::duration(window.as_secs() as i64);
@@ -492,7 +494,7 @@ async fn supervise(servers: Servers, server: Arc<Supervised>) {
             &mut shutdown,
         )
         .await;
-        figures.up.set(0);
+        server.figures.up.set(0);
         server.set_status(|s| {
             s.pid = 0;
             s.ready_since = None;
@@ -530,7 +532,7 @@ async fn supervise(servers: Servers, server: Arc<Supervised>) {
             return end(State::GaveUp(why));
         }
         server.state.send_replace(State::Restarting);
-        figures.restarts.inc();
+        server.figures.restarts.inc();
         server.set_status(|s| s.restarts += 1);
         servers
             .note(
@@ -632,12 +634,7 @@ async fn run_once(
     *generation += 1;
     let ready_at = Instant::now();
     server.set_status(|s| s.ready_since = Some(ready_at));
-    servers
-        .inner
-        .telemetry
-        .server(&server.name, &server.key)
-        .up
-        .set(1);
+    server.figures.up.set(1);
     server.state.send_replace(State::Ready {
         generation: *generation,
     });

@@ -87,7 +87,13 @@ impl ServerSpec {
         value: &serde_json::Value,
         bounds: &Boundaries,
     ) -> Result<ServerSpec, Error> {
-        let spec = ServerSpec::parse(name, value)?;
+        ServerSpec::parse(name, value)?.allowed(name, bounds)
+    }
+
+    /// This parsed spec, its program found on disk (made canonical) and
+    /// allowed by the operator, or the refusal that names the field.
+    pub fn allowed(self, name: &str, bounds: &Boundaries) -> Result<ServerSpec, Error> {
+        let spec = self;
         let at = |key: &str| field(&format!("servers.{name}.{key}"));
         let program = Path::new(&spec.command[0]);
         let found = find_program(program).ok_or_else(|| {
@@ -255,21 +261,31 @@ pub fn check_endpoints(endpoints: &mut [String]) -> Result<(), Error> {
     Ok(())
 }
 
+/// A parsed spec's endpoints and servers checked against what the operator
+/// allows, at creation: each URL made plain, each server's program found
+/// and allowed (what a generation's and a feasibility's check share).
+pub fn check_allowed(
+    endpoints: &mut [String],
+    servers: &mut BTreeMap<String, ServerSpec>,
+    bounds: &Boundaries,
+) -> Result<(), Error> {
+    check_endpoints(endpoints)?;
+    for (name, spec) in servers.iter_mut() {
+        *spec = spec.clone().allowed(name, bounds)?;
+    }
+    Ok(())
+}
+
 /// The servers of a spec (`servers`), each checked, and the endpoints that
 /// name them: every `server:NAME` must name one, and every server must be
 /// named by an endpoint.
 pub fn check_all(
     raw: &BTreeMap<String, serde_json::Value>,
     endpoints: &[String],
-    bounds: Option<&Boundaries>,
 ) -> Result<BTreeMap<String, ServerSpec>, Error> {
     let mut servers = BTreeMap::new();
     for (name, value) in raw {
-        let spec = match bounds {
-            Some(bounds) => ServerSpec::check(name, value, bounds)?,
-            None => ServerSpec::parse(name, value)?,
-        };
-        servers.insert(name.clone(), spec);
+        servers.insert(name.clone(), ServerSpec::parse(name, value)?);
     }
     for (i, endpoint) in endpoints.iter().enumerate() {
         if let Some(name) = named(endpoint) {
@@ -366,13 +382,13 @@ mod tests {
             json!({"command": ["/bin/sh", "{port}"]}),
         )]
         .into();
-        assert!(check_all(&raw, &["server:local".into()], None).is_ok());
-        let missing = check_all(&raw, &["server:other".into()], None).unwrap_err();
+        assert!(check_all(&raw, &["server:local".into()]).is_ok());
+        let missing = check_all(&raw, &["server:other".into()]).unwrap_err();
         assert!(
             missing.to_string().starts_with("spec.endpoints[0]"),
             "{missing}"
         );
-        let unused = check_all(&raw, &["http://127.0.0.1:1/v1".into()], None).unwrap_err();
+        let unused = check_all(&raw, &["http://127.0.0.1:1/v1".into()]).unwrap_err();
         assert!(
             unused.to_string().starts_with("spec.servers.local"),
             "{unused}"

@@ -282,13 +282,7 @@ fn inline_shape(
     let mut spec = crate::phase::kinds::generation::GenerationSpec::parse(&json)?;
     if let Some(bounds) = bounds {
         spec.prompts = check::input_file("prompts", &spec.prompts, bounds)?;
-        crate::phase::servers::check_endpoints(&mut spec.endpoints)?;
-        let raw_servers = spec
-            .servers
-            .iter()
-            .map(|(name, s)| (name.clone(), serde_json::to_value(s).unwrap_or_default()))
-            .collect();
-        spec.servers = crate::phase::servers::check_all(&raw_servers, &spec.endpoints, Some(bounds))?;
+        crate::phase::servers::check_allowed(&mut spec.endpoints, &mut spec.servers, bounds)?;
         if let Some(variable) = &spec.api_key_env {
             check::api_key(
                 "api_key_env",

@@ -217,13 +217,7 @@ impl GenerationSpec {
             bounds,
         )?;
         check::distinct(&claims, &[("spec.prompts".into(), spec.prompts.clone())])?;
-        servers::check_endpoints(&mut spec.endpoints)?;
-        let raw_servers: BTreeMap<String, Value> = spec
-            .servers
-            .iter()
-            .map(|(name, s)| (name.clone(), serde_json::to_value(s).unwrap_or_default()))
-            .collect();
-        spec.servers = servers::check_all(&raw_servers, &spec.endpoints, Some(bounds))?;
+        servers::check_allowed(&mut spec.endpoints, &mut spec.servers, bounds)?;
         if let Some(variable) = &spec.api_key_env {
             let over_http = spec.send_key_over_http;
             check::api_key("api_key_env", variable, &spec.endpoints, over_http, bounds)?;
@@ -317,7 +311,7 @@ fn typed(raw: Raw) -> Result<GenerationSpec, Error> {
     let rejects = raw
         .rejects
         .unwrap_or_else(|| beside(&raw.output, ".rejects.jsonl"));
-    let servers = servers::check_all(&raw.servers, &raw.endpoints, None)?;
+    let servers = servers::check_all(&raw.servers, &raw.endpoints)?;
     let id_field = raw.id_field.unwrap_or_else(|| "id".into());
     if id_field.is_empty() {
         return Err(Error::invalid("spec.id_field", "must not be empty"));
